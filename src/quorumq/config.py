@@ -1,0 +1,220 @@
+"""Config files in Java-properties form with RocketMQ's key names.
+
+Every key quorumq uses is declared once in `KEYS` with its type, default, the process kinds that
+read it and whether a running broker applies a change live. Keys RocketMQ knows that quorumq does
+not use are accepted with one warning; any other key is an error naming it.
+"""
+
+import logging
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable
+
+from quorumq import limits
+from quorumq.errors import Error, QuorumqError
+
+log = logging.getLogger(__name__)
+
+
+class Kind(str, Enum):
+    NAMESRV = "namesrv"
+    BROKER = "broker"
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Callable[[str], Any]
+    default: Any
+    kinds: frozenset[Kind]
+    live: bool = False  # a running broker applies a change without a restart
+
+
+B = frozenset({Kind.BROKER})
+N = frozenset({Kind.NAMESRV})
+BN = frozenset({Kind.BROKER, Kind.NAMESRV})
+
+KEYS: dict[str, Key] = {
+    # Identity and addresses.
+    "brokerClusterName": Key(str, "DefaultCluster", B),
+    "brokerName": Key(str, "broker-a", B),
+    "brokerId": Key(int, 0, B),
+    "brokerRole": Key(_choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", B),
+    "namesrvAddr": Key(str, "", B),
+    "listenPort": Key(int, 10911, BN),
+    "haListenPort": Key(int, 10912, B),
+    "bindAddress": Key(str, "127.0.0.1", BN),  # quorumq: where to listen
+    "brokerIP1": Key(str, "127.0.0.1", B),  # the address advertised to clients
+    "brokerPermission": Key(int, 6, B, live=True),
+    "registerNameServerPeriod": Key(int, 10_000, B),
+    # Store.
+    "storePathRootDir": Key(str, "store", B),
+    "mappedFileSizeCommitLog": Key(int, limits.COMMIT_LOG_SEGMENT_BYTES_DEFAULT, B),
+    "flushDiskType": Key(_choice("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH", B),
+    "flushIntervalCommitLog": Key(int, 500, B, live=True),
+    "syncFlushTimeout": Key(int, 5000, B, live=True),
+    "maxMessageSize": Key(int, limits.MESSAGE_BODY_BYTES_DEFAULT, B, live=True),
+    "flushConsumerOffsetInterval": Key(int, 5000, B, live=True),
+    "fileReservedTime": Key(int, 72, B, live=True),
+    "deleteWhen": Key(str, "04", B, live=True),
+    "cleanResourceInterval": Key(int, 10_000, B, live=True),
+    "diskMaxUsedSpaceRatio": Key(int, 75, B, live=True),
+    "diskSpaceCleanForciblyRatio": Key(float, 0.85, B, live=True),
+    "diskSpaceWarningLevelRatio": Key(float, 0.90, B, live=True),
+    # Topics and consumers.
+    "autoCreateTopicEnable": Key(_bool, True, B, live=True),
+    "defaultTopicQueueNums": Key(int, 8, B, live=True),
+    "longPollingEnable": Key(_bool, True, B),
+    # Name server.
+    "brokerNotActiveTimeoutMillis": Key(int, 120_000, N),
+    "scanNotActiveBrokerInterval": Key(int, 5000, N),
+}
+
+# Keys RocketMQ's broker or name server knows that quorumq does not use (yet): accepted, warned once.
+ROCKETMQ_KEYS_UNUSED = frozenset("""
+    accessMessageInMemoryMaxRatio aclEnable autoCreateSubscriptionGroup brokerIP2 brokerTopicEnable
+    clientCallbackExecutorThreads clientManageThreadPoolNums clusterTopicEnable commitIntervalCommitLog
+    consumerManageThreadPoolNums defaultQueryMaxNum deleteCommitLogFilesInterval
+    deleteConsumeQueueFilesInterval destroyMapedFileIntervalForcibly enableCalcFilterBitMap
+    enableConsumeQueueExt enableDLegerCommitLog enablePropertyFilter fetchNamesrvAddrByAddressServer
+    filterServerNums flushCommitLogLeastPages flushCommitLogThoroughInterval flushConsumeQueueLeastPages
+    flushConsumeQueueThoroughInterval flushIntervalConsumeQueue haHousekeepingInterval haSendHeartbeatInterval
+    haTransferBatchSize highSpeedMode mappedFileSizeConsumeQueue maxTransferBytesOnMessageInDisk
+    maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk maxTransferCountOnMessageInMemory
+    messageDelayLevel messageIndexEnable messageIndexSafe pullMessageThreadPoolNums
+    putMsgIndexHightWater queryMessageThreadPoolNums redeleteHangedFileInterval rejectTransactionMessage
+    sendMessageThreadPoolNums sendThreadPoolQueueCapacity serverChannelMaxIdleTimeSeconds
+    serverSelectorThreads serverWorkerThreads slaveReadEnable storePathCommitLog storePathConsumeQueue
+    storePathIndex transientStorePoolEnable transientStorePoolSize useEpollNativeSelector
+    useReentrantLockWhenPutMessage warmMapedFileEnable checkCRCOnRecover traceTopicEnable
+    totalReplicas inSyncReplicas minInSyncReplicas enableAutoInSyncReplicas haMaxGapNotInSync
+    slaveTimeout enableSlaveActingMaster enableControllerMode controllerAddr brokerElectionPriority
+    allAckInSyncStateSet haMaxTimeSlaveNotCatchup enableElectUncleanMaster enablePreferredMaster
+    syncBrokerMemberGroupPeriod kvConfigPath configStorePath orderMessageEnable
+    """.split())
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Parse Java-properties text: `k=v`, `k: v` or `k v`, `#`/`!` comments, `\\` continuations."""
+    result: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _split_pair(logical)
+        result[key] = value
+        logical = ""
+    if logical:
+        key, value = _split_pair(logical)
+        result[key] = value
+    return result
+
+
+_PAIR = re.compile(r"([^=:\s]*)\s*[=:]?\s*(.*)$")
+
+
+def _split_pair(line: str) -> tuple[str, str]:
+    key, value = _PAIR.match(line).groups()
+    return key, value
+
+
+class Config:
+    """A process's settings: declared keys with their defaults, overlaid with what was given."""
+
+    def __init__(self, kind: Kind, values: dict[str, str], source: str = "config") -> None:
+        self.kind = kind
+        self._values: dict[str, Any] = {
+            name: key.default for name, key in KEYS.items() if kind in key.kinds
+        }
+        unused = []
+        for name, text in values.items():
+            if name in self._values:
+                self._values[name] = _parse_value(name, text)
+            elif name in KEYS or name in ROCKETMQ_KEYS_UNUSED:
+                unused.append(name)
+            else:
+                raise QuorumqError(Error.CONFIG_INVALID, f"unknown config key {name!r} in {source}")
+        if unused:
+            log.warning("%s: keys RocketMQ knows but a %s of quorumq does not use: %s",
+                        source, kind.value, ", ".join(sorted(unused)))
+        if kind is Kind.BROKER:
+            self._check_broker()
+
+    @classmethod
+    def load(cls, kind: Kind, path: Path) -> "Config":
+        return cls(kind, read_properties(Path(path).read_text()), source=str(path))
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name, default)
+
+    def as_strings(self) -> dict[str, str]:
+        return {name: _format_value(value) for name, value in sorted(self._values.items())}
+
+    def update_live(self, name: str, text: str) -> None:
+        """Apply one key to a running process; keys that need a restart are refused."""
+        key = KEYS.get(name)
+        if key is None or self.kind not in key.kinds:
+            raise QuorumqError(Error.CONFIG_INVALID, f"unknown config key {name!r} for a {self.kind.value}")
+        if not key.live:
+            raise QuorumqError(Error.CONFIG_INVALID, f"{name} cannot be changed while running; restart with it")
+        previous = self._values[name]
+        self._values[name] = _parse_value(name, text)
+        try:
+            self._check_broker()
+        except QuorumqError:
+            self._values[name] = previous
+            raise
+
+    def _check_broker(self) -> None:
+        size = self._values["maxMessageSize"]
+        if not 0 < size <= limits.MESSAGE_BODY_BYTES_CEILING:
+            raise QuorumqError(Error.CONFIG_INVALID,
+                               f"maxMessageSize must lie in 1..{limits.MESSAGE_BODY_BYTES_CEILING}")
+        try:
+            limits.check_segment_size(self._values["mappedFileSizeCommitLog"], size)
+        except ValueError as exc:
+            raise QuorumqError(Error.CONFIG_INVALID, str(exc)) from None
+        queues = self._values["defaultTopicQueueNums"]
+        if not 0 < queues <= limits.QUEUES_PER_TOPIC_MAX:
+            raise QuorumqError(Error.CONFIG_INVALID,
+                               f"defaultTopicQueueNums must lie in 1..{limits.QUEUES_PER_TOPIC_MAX}")
+
+
+def _parse_value(name: str, text: str) -> Any:
+    try:
+        return KEYS[name].parse(text.strip())
+    except ValueError as exc:
+        raise QuorumqError(Error.CONFIG_INVALID, f"bad value for {name}: {exc}") from None
+
+
+def _format_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def write_properties(path: Path, values: dict[str, str]) -> None:
+    Path(path).write_text("".join(f"{key}={value}\n" for key, value in values.items()))

@@ -1,0 +1,67 @@
+"""Every limit quorumq enforces, named in one place.
+
+Past a limit a request is rejected with a stable error code; nothing grows without bound.
+Values that operators tune through config files (maxMessageSize, the segment size) have their
+defaults here and are checked against the fixed limits when a config is loaded.
+"""
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# Names: RocketMQ's rule for topics and groups (characters %|a-zA-Z0-9_-).
+NAME_LENGTH_MAX = 127
+NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+
+# Messages.
+MESSAGE_BODY_BYTES_DEFAULT = 4 * MiB  # maxMessageSize
+MESSAGE_BODY_BYTES_CEILING = 64 * MiB  # the largest maxMessageSize a config may ask for
+PROPERTIES_BYTES_MAX = 32767  # RocketMQ stores the properties length in a short
+PROPERTY_COUNT_MAX = 128
+TAG_LENGTH_MAX = 255
+KEY_LENGTH_MAX = 255
+
+# One SendMessage request.
+BATCH_MESSAGES_MAX = 1024
+BATCH_BYTES_MAX = 16 * MiB
+GRPC_MARGIN_BYTES = 1 * MiB  # headroom for protobuf framing above a body of maximal size
+
+
+def grpc_receive_bytes(max_message_size: int) -> int:
+    """The gRPC server's receive limit: above the largest single message and the largest batch."""
+    return max(max_message_size, BATCH_BYTES_MAX) + GRPC_MARGIN_BYTES
+
+
+# Work queues.
+PENDING_SEND_MESSAGES_MAX = 20000  # messages appended but still waiting for their flush or acks
+RECEIVE_BATCH_MAX = 64  # messages in one ReceiveMessage answer
+PULL_BATCH_MAX = 1024  # messages in one PullMessage answer
+PULL_BYTES_MAX = 16 * MiB
+INFLIGHT_PER_QUEUE_MAX = 32768  # received but not acked, per consumer group and queue
+LONG_POLL_SECONDS_MAX = 60.0
+INVISIBLE_SECONDS_MIN = 1.0
+INVISIBLE_SECONDS_MAX = 12 * 3600.0
+INVISIBLE_SECONDS_DEFAULT = 60.0  # a push consumer sends none and never renews
+
+# Topics.
+QUEUES_PER_TOPIC_MAX = 1024
+TOPICS_MAX = 65536
+
+# Store layout.
+COMMIT_LOG_SEGMENT_BYTES_DEFAULT = 1024 * MiB  # mappedFileSizeCommitLog
+COMMIT_LOG_SEGMENT_BYTES_MIN = 64 * KiB
+CONSUME_QUEUE_ENTRIES_PER_FILE = 300_000  # RocketMQ's mapedFileSizeConsumeQueue / 20
+RECORD_HEADER_BYTES_MAX = 4 * KiB  # fixed fields plus topic and host strings, properties aside
+
+
+def check_segment_size(segment_bytes: int, max_message_size: int) -> None:
+    """A record never spans segments, so a segment must hold the largest possible record."""
+    largest_record = max_message_size + PROPERTIES_BYTES_MAX + RECORD_HEADER_BYTES_MAX
+    if segment_bytes < max(COMMIT_LOG_SEGMENT_BYTES_MIN, largest_record):
+        raise ValueError(
+            f"mappedFileSizeCommitLog={segment_bytes} cannot hold a record of maxMessageSize="
+            f"{max_message_size}; it must be at least {max(COMMIT_LOG_SEGMENT_BYTES_MIN, largest_record)}"
+        )
+
+
+# Peers.
+CONNECTIONS_PER_BROKER_MAX = 1024
