@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from quorumq import limits
+from quorumq.core.retention import parse_delete_when
 from quorumq.errors import Error, QuorumqError
 
 log = logging.getLogger(__name__)
@@ -61,14 +62,15 @@ KEYS: dict[str, Key] = {
     "listenPort": Key(int, 10911, BN),
     "haListenPort": Key(int, 10912, B),
     "bindAddress": Key(str, "127.0.0.1", BN),  # quorumq: where to listen
-    "brokerIP1": Key(str, "127.0.0.1", B),  # the address advertised to clients
+    "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients and slaves
+    "advertisedAddress": Key(str, "", B),  # quorumq: host:port for clients when a proxy sits in front
     "brokerPermission": Key(int, 6, B, live=True),
     "registerNameServerPeriod": Key(int, 10_000, B),
     # Store.
     "storePathRootDir": Key(str, "store", B),
     "mappedFileSizeCommitLog": Key(int, limits.COMMIT_LOG_SEGMENT_BYTES_DEFAULT, B),
     "flushDiskType": Key(_choice("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH", B),
-    "flushIntervalCommitLog": Key(int, 500, B, live=True),
+    "flushIntervalCommitLog": Key(int, 500, B),
     "syncFlushTimeout": Key(int, 5000, B, live=True),
     "maxMessageSize": Key(int, limits.MESSAGE_BODY_BYTES_DEFAULT, B, live=True),
     "flushConsumerOffsetInterval": Key(int, 5000, B, live=True),
@@ -197,6 +199,10 @@ class Config:
                                f"maxMessageSize must lie in 1..{limits.MESSAGE_BODY_BYTES_CEILING}")
         try:
             limits.check_segment_size(self._values["mappedFileSizeCommitLog"], size)
+        except ValueError as exc:
+            raise QuorumqError(Error.CONFIG_INVALID, str(exc)) from None
+        try:
+            parse_delete_when(self._values["deleteWhen"])
         except ValueError as exc:
             raise QuorumqError(Error.CONFIG_INVALID, str(exc)) from None
         queues = self._values["defaultTopicQueueNums"]

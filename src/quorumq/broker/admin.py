@@ -1,0 +1,88 @@
+"""The broker's side of quorumq's cluster protocol: topics, config, status and consumer progress."""
+
+import functools
+import logging
+
+from quorumq.broker.broker import Broker
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.endpoint.messages import check_name
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import TopicConfig
+
+log = logging.getLogger("quorumq.admin")
+
+
+def aborts_on_error(handler):
+    """A catalogue error becomes the gRPC status of its entry, its details starting with the name."""
+
+    @functools.wraps(handler)
+    async def guarded(self, request, context):
+        try:
+            return handler(self, request)
+        except QuorumqError as exc:
+            await context.abort(exc.error.value.grpc_status, str(exc))
+
+    return guarded
+
+
+class BrokerAdminService(pb_grpc.BrokerAdminServicer):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    @aborts_on_error
+    def UpdateTopic(self, request):
+        check_name(request.name, Error.ILLEGAL_TOPIC, "topic")
+        self.broker.update_topic(TopicConfig(request.name, request.read_queue_nums, request.write_queue_nums,
+                                             request.perm))
+        return pb.Empty()
+
+    @aborts_on_error
+    def DeleteTopic(self, request):
+        self.broker.topic_config(request.topic, create=False)
+        self.broker.delete_topic(request.topic)
+        log.info("topic %s deleted", request.topic)
+        return pb.Empty()
+
+    @aborts_on_error
+    def GetBrokerConfig(self, request):
+        return pb.ConfigMap(entries=self.broker.config.as_strings())
+
+    @aborts_on_error
+    def UpdateBrokerConfig(self, request):
+        self.broker.config.update_live(request.key, request.value)
+        log.info("config %s set to %s", request.key, request.value)
+        return pb.Empty()
+
+    @aborts_on_error
+    def GetBrokerStatus(self, request):
+        return pb.ConfigMap(entries=self.broker.status())
+
+    @aborts_on_error
+    def GetConsumerProgress(self, request):
+        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        return self._progress(request.group, request.topic)
+
+    @aborts_on_error
+    def ResetOffsetByTime(self, request):
+        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        store = self.broker.store
+        for queue_id in self.broker.readable_queue_ids(request.topic):
+            offset = store.offset_for_timestamp(request.topic, queue_id, request.timestamp_ms)
+            self.broker.consumers.commit(request.group, request.topic, queue_id, offset)
+        self.broker.consumers.persist()
+        return self._progress(request.group, request.topic)
+
+    def _progress(self, group: str, topic: str) -> pb.ConsumerProgress:
+        consumers = self.broker.consumers
+        topics = [topic] if topic else consumers.offsets.topics(group)
+        progress = pb.ConsumerProgress(broker_name=self.broker.config["brokerName"])
+        for name in topics:
+            for queue_id in self.broker.readable_queue_ids(name):
+                committed = consumers.committed(group, name, queue_id)
+                progress.queues.add(
+                    topic=name, queue_id=queue_id, min_offset=self.broker.store.queue_min_offset(name, queue_id),
+                    max_offset=self.broker.store.queue_max_offset(name, queue_id),
+                    consumer_offset=-1 if committed is None else committed,
+                    inflight=consumers.inflight(group, name, queue_id))
+        return progress

@@ -1,0 +1,165 @@
+"""Consumer groups on one broker: committed offsets, SimpleConsumer leases and receipt handles.
+
+The committed offset of a (group, topic, queue) is the single source of progress: pull consumers
+set it directly, SimpleConsumer groups move it to their lowest unacked offset. Leases live in memory
+only, so after a restart everything unacked is delivered again (at least once).
+"""
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from quorumq import limits
+from quorumq.clock import Clock
+from quorumq.core import properties
+from quorumq.core.leases import QueueLeases
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import ConsumerOffsets, GetResult, GetStatus, MessageStore, StoredMessage, tag_hash
+from quorumq.store.atomic_file import write_atomically
+
+QueueKey = tuple[str, str, int]  # group, topic, queue id
+
+
+@dataclass(slots=True)
+class Delivery:
+    message: StoredMessage
+    receipt_handle: str
+    attempt: int
+    invisible_ms: int
+
+
+def read_messages(store: MessageStore, topic: str, queue_id: int, offset: int, max_count: int,
+                  tags: frozenset[str] | None) -> GetResult:
+    """An offset-addressed read; the consume queue filters by tag hash, this by the tag itself."""
+    hashes = None if tags is None else frozenset(tag_hash(tag) for tag in tags)
+    result = store.get_messages(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes)
+    if tags is not None:
+        result.messages = [message for message in result.messages if message.properties.get(properties.TAGS) in tags]
+    return result
+
+
+def encode_handle(queue_id: int, offset: int, token: int) -> str:
+    return f"{queue_id}:{offset}:{token:x}"
+
+
+def decode_handle(handle: str) -> tuple[int, int, int]:
+    try:
+        queue_id, offset, token = handle.split(":")
+        return int(queue_id), int(offset), int(token, 16)
+    except ValueError:
+        raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, f"receipt handle {handle[:64]!r} is malformed") from None
+
+
+class ConsumerGroups:
+    def __init__(self, store: MessageStore, root: Path, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self.offsets = ConsumerOffsets(root)
+        self.offsets.load()
+        self._first_seen_path = root / "config" / "consumerGroups.json"
+        self._first_seen: dict[str, int] = (
+            json.loads(self._first_seen_path.read_text()) if self._first_seen_path.exists() else {})
+        self._leases: dict[QueueKey, QueueLeases] = {}
+        self._tokens = random.Random()
+
+    def touch(self, group: str) -> None:
+        """Note a group's first contact: a new group starts from that moment, as RocketMQ's new
+        groups start at the end of each queue; queues created later are read from their start."""
+        if group not in self._first_seen:
+            self._first_seen[group] = self.clock.now_ms()
+            self._first_seen_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self._first_seen_path, json.dumps(self._first_seen).encode())
+
+    def start_offset(self, group: str, topic: str, queue_id: int) -> int:
+        committed = self.offsets.get(group, topic, queue_id)
+        if committed is not None:
+            return committed
+        self.touch(group)
+        return self.store.offset_for_timestamp(topic, queue_id, self._first_seen[group])
+
+    def _queue(self, group: str, topic: str, queue_id: int) -> QueueLeases:
+        key = (group, topic, queue_id)
+        leases = self._leases.get(key)
+        if leases is None:
+            leases = self._leases[key] = QueueLeases(self.start_offset(group, topic, queue_id))
+        return leases
+
+    def pop(self, group: str, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
+            batch: int, invisible_ms: int) -> list[Delivery]:
+        """Lease up to `batch` messages: expired leases first, then new messages, queue by queue."""
+        now = self.clock.now_ms()
+        deliveries: list[Delivery] = []
+        for queue_id in queue_ids:
+            if len(deliveries) >= batch:
+                break
+            leases = self._queue(group, topic, queue_id)
+            for offset in leases.expired(now, batch - len(deliveries)):
+                message = self._read_one(topic, queue_id, offset)
+                if message is None:
+                    leases.forget(offset)
+                    continue
+                token = self._tokens.getrandbits(63)
+                lease = leases.redeliver(offset, token, now, invisible_ms)
+                deliveries.append(Delivery(message, encode_handle(queue_id, offset, token), lease.attempt,
+                                           invisible_ms))
+            room = min(batch - len(deliveries), limits.INFLIGHT_PER_QUEUE_MAX - len(leases.leases))
+            if room <= 0:
+                continue
+            result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags)
+            if result.status is GetStatus.OFFSET_TOO_SMALL:
+                leases.skip_to(result.min_offset)
+                result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags)
+            for message in result.messages:
+                token = self._tokens.getrandbits(63)
+                leases.deliver(message.queue_offset, token, now, invisible_ms)
+                deliveries.append(Delivery(message, encode_handle(queue_id, message.queue_offset, token), 1,
+                                           invisible_ms))
+            leases.skip_to(result.next_offset)
+        return deliveries
+
+    def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX, None)
+        return result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
+
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        queue_id, offset, token = decode_handle(handle)
+        leases = self._leases.get((group, topic, queue_id))
+        if leases is None or not leases.ack(offset, token):
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE,
+                               "receipt handle expired: the message was delivered again or already acked")
+
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        queue_id, offset, token = decode_handle(handle)
+        leases = self._leases.get((group, topic, queue_id))
+        new_token = self._tokens.getrandbits(63)
+        lease = None if leases is None else leases.change_invisible(
+            offset, token, new_token, self.clock.now_ms(), invisible_ms)
+        if lease is None:
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE,
+                               "receipt handle expired: the message was delivered again or already acked")
+        return encode_handle(queue_id, offset, new_token)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set a group's position (pull consumers, resets); its leases on that queue are dropped."""
+        self._leases.pop((group, topic, queue_id), None)
+        self.offsets.set(group, topic, queue_id, offset)
+
+    def inflight(self, group: str, topic: str, queue_id: int) -> int:
+        leases = self._leases.get((group, topic, queue_id))
+        return 0 if leases is None else len(leases.leases)
+
+    def committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        leases = self._leases.get((group, topic, queue_id))
+        return leases.committed if leases is not None else self.offsets.get(group, topic, queue_id)
+
+    def persist(self) -> None:
+        """Write every group's position; SimpleConsumer groups save their lowest unacked offset."""
+        for (group, topic, queue_id), leases in self._leases.items():
+            self.offsets.set(group, topic, queue_id, leases.committed)
+        self.offsets.persist()
+
+    def delete_topic(self, topic: str) -> None:
+        for key in [key for key in self._leases if key[1] == topic]:
+            del self._leases[key]
+        self.offsets.delete_topic(topic)

@@ -1,0 +1,134 @@
+"""The broker process: the store, the v5 endpoint and the admin service on one gRPC port, plus
+the loops that register with the name server, flush, persist offsets and clean old files."""
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from quorumq import limits
+from quorumq.broker.admin import BrokerAdminService
+from quorumq.broker.broker import Broker
+from quorumq.clock import Clock
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.config import Config
+from quorumq.endpoint.messaging import MessagingService
+
+log = logging.getLogger("quorumq.broker")
+
+NAMESRV_CALL_TIMEOUT_S = 3.0
+
+
+class NameServerLink:
+    """The broker's view of its name servers: registration and route look-ups."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        addresses = [address for address in broker.config["namesrvAddr"].split(";") if address]
+        self.stubs = [pb_grpc.NameServerStub(grpc.aio.insecure_channel(address)) for address in addresses]
+
+    async def register(self) -> None:
+        registration = self.broker.registration()
+        for stub in self.stubs:
+            try:
+                await stub.RegisterBroker(registration, timeout=NAMESRV_CALL_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                log.warning("registration with a name server failed: %s", exc.details())
+
+    async def unregister(self) -> None:
+        for stub in self.stubs:
+            try:
+                await stub.UnregisterBroker(self.broker.registration(), timeout=NAMESRV_CALL_TIMEOUT_S)
+            except grpc.aio.AioRpcError:
+                pass
+
+    async def route(self, topic: str) -> pb.TopicRoute | None:
+        """The name server's route; without one answering, this broker's own view of the topic."""
+        for stub in self.stubs:
+            try:
+                return await stub.GetRoute(pb.TopicRequest(topic=topic), timeout=NAMESRV_CALL_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    return None
+        return self._local_route(topic)
+
+    def _local_route(self, topic: str) -> pb.TopicRoute | None:
+        registration = self.broker.registration()
+        configs = [config for config in registration.topics if config.name == topic]
+        if not configs and registration.auto_create_topic:
+            configs = [pb.TopicConfig(name=topic, read_queue_nums=registration.default_queue_nums,
+                                      write_queue_nums=registration.default_queue_nums, perm=registration.perm)]
+        if not configs:
+            return None
+        config = configs[0]
+        return pb.TopicRoute(
+            topic=topic,
+            queues=[pb.QueueData(broker_name=registration.broker_name, read_queue_nums=config.read_queue_nums,
+                                 write_queue_nums=config.write_queue_nums, perm=config.perm)],
+            brokers=[pb.BrokerData(cluster=registration.cluster, broker_name=registration.broker_name,
+                                   addresses={registration.broker_id: registration.address})])
+
+    async def keep_registered(self) -> None:
+        """Register every period, and at once whenever topics change."""
+        while True:
+            self.broker.topics_changed.clear()
+            await self.register()
+            try:
+                await asyncio.wait_for(self.broker.topics_changed.wait(),
+                                       self.broker.config["registerNameServerPeriod"] / 1000)
+            except TimeoutError:
+                pass
+
+
+async def _every(interval_ms, action) -> None:
+    """Run `action` forever, `interval_ms()` apart; a failure is logged and retried next time."""
+    while True:
+        await asyncio.sleep(interval_ms() / 1000)
+        try:
+            action()
+        except Exception:
+            log.exception("%s failed", action.__name__)
+
+
+async def serve(config: Config) -> None:
+    clock = Clock()
+    broker = Broker(config, clock)
+    broker.open()
+    namesrv = NameServerLink(broker)
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
+        ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
+    ])
+    v5_grpc.add_MessagingServiceServicer_to_server(MessagingService(broker, namesrv.route), server)
+    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker), server)
+    address = f"{config['bindAddress']}:{config['listenPort']}"
+    server.add_insecure_port(address)
+    await server.start()
+    broker.flusher.start()
+    log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"], config["brokerRole"],
+             address, broker.address)
+    tasks = [
+        asyncio.create_task(namesrv.keep_registered()),
+        asyncio.create_task(_every(lambda: config["flushConsumerOffsetInterval"], broker.consumers.persist)),
+        asyncio.create_task(_every(lambda: config["cleanResourceInterval"], broker.clean_files)),
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("broker stopping")
+    for task in tasks:
+        task.cancel()
+    await namesrv.unregister()
+    await server.stop(grace=1.0)
+    await broker.close()
+    log.info("broker stopped")
+
+
+def main(config: Config) -> int:
+    asyncio.run(serve(config))
+    return 0

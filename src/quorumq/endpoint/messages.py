@@ -1,0 +1,137 @@
+"""Checking v5 messages on the way in and building them on the way out.
+
+What a client sends is validated here against `limits` before the broker sees it; a message that
+breaks a rule gets the catalogue error naming the rule.
+"""
+
+import hashlib
+import re
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import definition_pb2 as v5
+
+from quorumq import limits
+from quorumq.core import properties
+from quorumq.endpoint.v5 import resource, resource_name
+from quorumq.errors import Error, QuorumqError
+
+PROPERTY_SEPARATORS = ("\x01", "\x02")
+
+_NAME = re.compile(limits.NAME_PATTERN)
+_UNSUPPORTED_TYPES = {
+    v5.MessageType.FIFO: "FIFO", v5.MessageType.DELAY: "DELAY", v5.MessageType.TRANSACTION: "TRANSACTION",
+    v5.MessageType.LITE: "LITE", v5.MessageType.PRIORITY: "PRIORITY",
+}
+
+
+def check_name(name: str, error: Error, what: str) -> str:
+    if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.match(name):
+        raise QuorumqError(error, f"{what} {name!r} must be 1..{limits.NAME_LENGTH_MAX} characters of "
+                                  "%|a-zA-Z0-9_-")
+    return name
+
+
+def topic_name(topic: v5.Resource) -> str:
+    return check_name(resource_name(topic), Error.ILLEGAL_TOPIC, "topic")
+
+
+def group_name(group: v5.Resource) -> str:
+    return check_name(resource_name(group), Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+
+
+def _check_text(value: str, limit: int, error: Error, what: str) -> None:
+    if len(value) > limit or any(sep in value for sep in PROPERTY_SEPARATORS):
+        raise QuorumqError(error, f"{what} must be at most {limit} characters without control separators")
+
+
+def properties_of(message: v5.Message, max_body_bytes: int) -> dict[str, str]:
+    """The stored properties of an incoming message, after every check on it."""
+    system = message.system_properties
+    kind = _UNSUPPORTED_TYPES.get(system.message_type)
+    if kind is not None:
+        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
+                           f"{kind} messages are not supported yet; send NORMAL messages")
+    if system.HasField("delivery_timestamp") or system.HasField("message_group"):
+        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
+                           "delay and FIFO (message group) messages are not supported yet")
+    if not message.body:
+        raise QuorumqError(Error.MESSAGE_BODY_EMPTY, "message body is empty")
+    if len(message.body) > max_body_bytes:
+        raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE,
+                           f"body of {len(message.body)} bytes exceeds maxMessageSize={max_body_bytes}")
+    stored: dict[str, str] = {}
+    for key, value in message.user_properties.items():
+        if not key or key in properties.RESERVED:
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
+        _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property key")
+        _check_text(value, limits.PROPERTIES_BYTES_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property value")
+        stored[key] = value
+    if system.HasField("tag"):
+        if not system.tag.strip() or "|" in system.tag:
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} must be non-blank without '|'")
+        _check_text(system.tag, limits.TAG_LENGTH_MAX, Error.ILLEGAL_MESSAGE_TAG, "a tag")
+        stored[properties.TAGS] = system.tag
+    if system.keys:
+        for key in system.keys:
+            if not key.strip() or " " in key:
+                raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {key!r} must be non-blank without spaces")
+            _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_KEY, "a key")
+        stored[properties.KEYS] = " ".join(system.keys)
+    if not system.message_id or len(system.message_id) > limits.KEY_LENGTH_MAX:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
+    stored[properties.MESSAGE_ID] = system.message_id
+    if system.body_encoding == v5.Encoding.GZIP:
+        stored[properties.BODY_ENCODING] = "GZIP"
+    if len(stored) > limits.PROPERTY_COUNT_MAX:
+        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {limits.PROPERTY_COUNT_MAX} properties")
+    if sum(len(k) + len(v) + 2 for k, v in stored.items()) > limits.PROPERTIES_BYTES_MAX:
+        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
+                           f"properties exceed {limits.PROPERTIES_BYTES_MAX} bytes")
+    return stored
+
+
+def born_timestamp_ms(message: v5.Message) -> int:
+    born = message.system_properties.born_timestamp
+    return born.seconds * 1000 + born.nanos // 1_000_000
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def outgoing(stored, delivery_attempt: int = 1) -> v5.Message:
+    """A stored message as the v5 protocol delivers it; the caller adds receipt handle and lease."""
+    props = stored.properties
+    system = v5.SystemProperties(
+        message_id=props.get(properties.MESSAGE_ID, ""),
+        body_digest=v5.Digest(type=v5.DigestType.MD5, checksum=hashlib.md5(stored.body).hexdigest().upper()),
+        body_encoding=v5.Encoding.GZIP if props.get(properties.BODY_ENCODING) == "GZIP" else v5.Encoding.IDENTITY,
+        message_type=v5.MessageType.NORMAL,
+        born_timestamp=_timestamp(stored.born_timestamp_ms),
+        born_host=stored.born_host,
+        store_timestamp=_timestamp(stored.store_timestamp_ms),
+        store_host=stored.store_host,
+        queue_id=stored.queue_id,
+        queue_offset=stored.queue_offset,
+        delivery_attempt=delivery_attempt,
+    )
+    if properties.TAGS in props:
+        system.tag = props[properties.TAGS]
+    if properties.KEYS in props:
+        system.keys.extend(props[properties.KEYS].split(" "))
+    user = {key: value for key, value in props.items() if key not in properties.RESERVED}
+    return v5.Message(topic=resource(stored.topic), user_properties=user, system_properties=system,
+                      body=stored.body)
+
+
+def tag_filter(expression: v5.FilterExpression) -> frozenset[str] | None:
+    """The tags a TAG filter selects; None selects everything. SQL filters are not built yet."""
+    if expression.type == v5.FilterType.SQL:
+        raise QuorumqError(Error.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported yet; use TAG")
+    text = expression.expression.strip()
+    if not text or text == "*":
+        return None
+    tags = frozenset(part.strip() for part in text.split("||") if part.strip())
+    if not tags:
+        raise QuorumqError(Error.ILLEGAL_FILTER_EXPRESSION, f"tag expression {text!r} selects nothing")
+    return tags

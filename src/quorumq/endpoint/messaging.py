@@ -1,0 +1,362 @@
+"""The broker's RocketMQ v5 endpoint: apache.rocketmq.v2.MessagingService over the broker.
+
+Every answer carries a top-level status; a request the broker cannot serve gets a catalogue code,
+and an unexpected failure is logged and answered INTERNAL_ERROR while the server keeps serving.
+"""
+
+import functools
+import logging
+from typing import Awaitable, Callable
+
+from google.protobuf.duration_pb2 import Duration
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from quorumq import limits
+from quorumq.broker.broker import Broker
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.endpoint import messages
+from quorumq.endpoint.v5 import NO_NEW_MESSAGE, OK, error_status, route_response, status
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import GetStatus, MessageIn
+
+log = logging.getLogger("quorumq.endpoint")
+
+EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"
+POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
+LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
+
+
+def answers(response_type):
+    """Turn a catalogue error or a bug in a unary handler into a response with a status."""
+
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def guarded(self, request, context):
+            try:
+                return await handler(self, request, context)
+            except QuorumqError as exc:
+                return response_type(status=error_status(exc))
+            except Exception:
+                log.exception("%s failed", handler.__name__)
+                return response_type(status=status(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+
+        return guarded
+
+    return wrap
+
+
+def _seconds(duration: Duration) -> float:
+    return duration.seconds + duration.nanos / 1e9
+
+
+def _poll_budget(requested: Duration | None, context) -> float:
+    wanted = min(_seconds(requested), limits.LONG_POLL_SECONDS_MAX) if requested is not None else 0.0
+    remaining = context.time_remaining()
+    if remaining is not None:
+        wanted = min(wanted, remaining - POLL_MARGIN_S)
+    return max(wanted, 0.0)
+
+
+class MessagingService(v5_grpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker, route_lookup: Callable[[str], Awaitable[pb.TopicRoute | None]]) -> None:
+        self.broker = broker
+        self.route_lookup = route_lookup
+        self._receive_turn = 0
+
+    # Routes and client sessions.
+
+    @answers(v5s.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        return route_response(await self.route_lookup(messages.topic_name(request.topic)), request.topic)
+
+    @answers(v5s.HeartbeatResponse)
+    async def Heartbeat(self, request, context):
+        if request.HasField("group") and request.group.name:
+            self.broker.consumers.touch(messages.group_name(request.group))
+        return v5s.HeartbeatResponse(status=OK)
+
+    async def Telemetry(self, request_iterator, context):
+        async for command in request_iterator:
+            if command.HasField("settings"):
+                yield v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
+
+    def _settings_reply(self, settings: v5.Settings) -> v5.Settings:
+        """Echo the client's settings with the broker's values laid over (grpc-client.md section 4)."""
+        reply = v5.Settings()
+        reply.CopyFrom(settings)
+        reply.metric.on = False
+        if settings.HasField("publishing"):
+            reply.publishing.max_body_size = self.broker.config["maxMessageSize"]
+            reply.publishing.validate_message_type = True
+            if not settings.HasField("backoff_policy"):
+                reply.backoff_policy.max_attempts = 3
+                reply.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+                reply.backoff_policy.exponential_backoff.max.FromSeconds(1)
+                reply.backoff_policy.exponential_backoff.multiplier = 2.0
+        elif settings.HasField("subscription"):
+            subscription = reply.subscription
+            if subscription.HasField("group") and subscription.group.name:
+                self.broker.consumers.touch(messages.group_name(subscription.group))
+            subscription.fifo = False
+            subscription.receive_batch_size = 32
+            if not subscription.HasField("long_polling_timeout"):
+                subscription.long_polling_timeout.FromSeconds(20)
+            reply.backoff_policy.max_attempts = 16
+            reply.backoff_policy.customized_backoff.next.extend(
+                Duration(seconds=seconds) for seconds in (1, 5, 10, 30, 60, 120, 300, 600))
+        return reply
+
+    @answers(v5s.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context):
+        return v5s.NotifyClientTerminationResponse(status=OK)
+
+    @answers(v5s.QueryAssignmentResponse)
+    async def QueryAssignment(self, request, context):
+        """One assignment per broker, queue id -1: the broker pops from all its queues, as the proxy does."""
+        route = await self.route_lookup(messages.topic_name(request.topic))
+        response = route_response(route, request.topic)
+        if response.status.code != v5.Code.OK:
+            return v5s.QueryAssignmentResponse(status=response.status)
+        by_broker = {}
+        for queue in response.message_queues:
+            by_broker.setdefault(queue.broker.name, queue)
+        assignments = []
+        for queue in by_broker.values():
+            queue.id = -1
+            queue.permission = v5.Permission.READ_WRITE
+            assignments.append(v5s.Assignment(message_queue=queue))
+        return v5s.QueryAssignmentResponse(status=OK, assignments=assignments)
+
+    # Sending.
+
+    @answers(v5s.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        count = len(request.messages)
+        if not 0 < count <= limits.BATCH_MESSAGES_MAX:
+            raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{limits.BATCH_MESSAGES_MAX} messages")
+        if request.ByteSize() > limits.BATCH_BYTES_MAX + limits.GRPC_MARGIN_BYTES:
+            raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes")
+        explicit = any(key == EXPLICIT_QUEUE_HEADER and value == "1"
+                       for key, value in context.invocation_metadata() or ())
+        incoming = [self._incoming(message, explicit) for message in request.messages]
+        results = await self.broker.put(incoming)
+        entries = []
+        first_failure = None
+        for message, result in zip(request.messages, results):
+            message_id = message.system_properties.message_id
+            if result.error is not None:
+                entry_status = error_status(result.error)
+            elif result.status.code == v5.Code.OK:
+                entry_status = v5.Status(code=v5.Code.OK, message=result.status.send_status)
+            else:
+                entry_status = v5.Status(code=result.status.code, message=f"{result.status.send_status}: "
+                                         "the message is stored on the master but not acknowledged as asked")
+            if first_failure is None and entry_status.code != v5.Code.OK:
+                first_failure = entry_status
+            entries.append(v5s.SendResultEntry(status=entry_status, message_id=message_id,
+                                               offset=max(result.queue_offset, 0)))
+        return v5s.SendMessageResponse(status=first_failure or OK, entries=entries)
+
+    def _incoming(self, message: v5.Message, explicit_queue: bool) -> MessageIn | QuorumqError:
+        try:
+            properties = messages.properties_of(message, self.broker.config["maxMessageSize"])
+            system = message.system_properties
+            return MessageIn(topic=messages.topic_name(message.topic),
+                             queue_id=system.queue_id if explicit_queue else -1,
+                             body=message.body, properties=properties,
+                             born_timestamp_ms=messages.born_timestamp_ms(message),
+                             born_host=system.born_host[:limits.NAME_LENGTH_MAX])
+        except QuorumqError as error:
+            return error
+
+    # SimpleConsumer: receive, ack, change invisible duration.
+
+    async def ReceiveMessage(self, request, context):
+        try:
+            deliveries = await self._receive(request, context)
+        except QuorumqError as exc:
+            yield v5s.ReceiveMessageResponse(status=error_status(exc))
+            return
+        except Exception:
+            log.exception("ReceiveMessage failed")
+            yield v5s.ReceiveMessageResponse(status=status(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+            return
+        if not deliveries:
+            yield v5s.ReceiveMessageResponse(status=NO_NEW_MESSAGE)
+            return
+        yield v5s.ReceiveMessageResponse(status=OK)
+        for delivery in deliveries:
+            message = messages.outgoing(delivery.message, delivery.attempt)
+            message.system_properties.receipt_handle = delivery.receipt_handle
+            message.system_properties.invisible_duration.FromMilliseconds(delivery.invisible_ms)
+            yield v5s.ReceiveMessageResponse(message=message)
+        self.broker.stats["msgGetTotal"] += len(deliveries)
+
+    async def _receive(self, request, context):
+        group = messages.group_name(request.group)
+        topic = messages.topic_name(request.message_queue.topic)
+        tags = messages.tag_filter(request.filter_expression)
+        batch = min(max(request.batch_size, 1), limits.RECEIVE_BATCH_MAX)
+        invisible_s = (_seconds(request.invisible_duration) if request.HasField("invisible_duration")
+                       else limits.INVISIBLE_SECONDS_DEFAULT)
+        if not limits.INVISIBLE_SECONDS_MIN <= invisible_s <= limits.INVISIBLE_SECONDS_MAX:
+            raise QuorumqError(Error.ILLEGAL_INVISIBLE_TIME, f"invisible duration must lie in "
+                               f"{limits.INVISIBLE_SECONDS_MIN:g}..{limits.INVISIBLE_SECONDS_MAX:g} s")
+        budget = _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
+                              context)
+        deadline = self.broker.clock.monotonic() + budget
+        self.broker.consumers.touch(group)
+        while True:
+            queue_ids = self._queue_ids_or_none(topic)
+            if queue_ids:
+                self._receive_turn += 1
+                turn = self._receive_turn % len(queue_ids)
+                deliveries = self.broker.consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags,
+                                                       batch, int(invisible_s * 1000))
+                if deliveries:
+                    return deliveries
+            left = deadline - self.broker.clock.monotonic()
+            if left <= 0:
+                return []
+            await self.broker.arrivals.wait(topic, min(left, LEASE_RECHECK_S))
+
+    def _queue_ids_or_none(self, topic: str) -> list[int]:
+        """A topic that auto-create will make on first send reads as empty, not as missing."""
+        try:
+            return self.broker.readable_queue_ids(topic)
+        except QuorumqError as exc:
+            if exc.error is Error.TOPIC_NOT_FOUND and self.broker.config["autoCreateTopicEnable"]:
+                return []
+            raise
+
+    @answers(v5s.AckMessageResponse)
+    async def AckMessage(self, request, context):
+        group = messages.group_name(request.group)
+        topic = messages.topic_name(request.topic)
+        entries = []
+        first_failure = None
+        for entry in request.entries:
+            try:
+                self.broker.consumers.ack(group, topic, entry.receipt_handle)
+                entry_status = OK
+            except QuorumqError as exc:
+                entry_status = error_status(exc)
+                first_failure = first_failure or entry_status
+            entries.append(v5s.AckMessageResultEntry(message_id=entry.message_id,
+                                                      receipt_handle=entry.receipt_handle, status=entry_status))
+        return v5s.AckMessageResponse(status=first_failure or OK, entries=entries)
+
+    @answers(v5s.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context):
+        group = messages.group_name(request.group)
+        topic = messages.topic_name(request.topic)
+        seconds = _seconds(request.invisible_duration)
+        if not 0 <= seconds <= limits.INVISIBLE_SECONDS_MAX:
+            raise QuorumqError(Error.ILLEGAL_INVISIBLE_TIME,
+                               f"invisible duration must lie in 0..{limits.INVISIBLE_SECONDS_MAX:g} s")
+        handle = self.broker.consumers.change_invisible(group, topic, request.receipt_handle, int(seconds * 1000))
+        return v5s.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+    # Offset-addressed reads.
+
+    async def PullMessage(self, request, context):
+        try:
+            result = await self._pull(request, context)
+        except QuorumqError as exc:
+            yield v5s.PullMessageResponse(status=error_status(exc))
+            return
+        except Exception:
+            log.exception("PullMessage failed")
+            yield v5s.PullMessageResponse(status=status(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+            return
+        if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+            yield v5s.PullMessageResponse(status=status(Error.ILLEGAL_OFFSET,
+                                                        f"offset is beyond the queue's max {result.max_offset}"))
+        elif result.messages:
+            yield v5s.PullMessageResponse(status=OK)
+            for stored in result.messages:
+                yield v5s.PullMessageResponse(message=messages.outgoing(stored))
+            self.broker.stats["msgGetTotal"] += len(result.messages)
+        else:
+            yield v5s.PullMessageResponse(status=NO_NEW_MESSAGE)
+        yield v5s.PullMessageResponse(next_offset=result.next_offset)
+
+    async def _pull(self, request, context):
+        topic = messages.topic_name(request.message_queue.topic)
+        queue_id = request.message_queue.id
+        self.broker.check_queue(topic, queue_id)
+        tags = messages.tag_filter(request.filter_expression)
+        batch = min(max(request.batch_size, 1), limits.PULL_BATCH_MAX)
+        budget = _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
+                              context)
+        deadline = self.broker.clock.monotonic() + budget
+        offset = max(request.offset, 0)
+        while True:
+            result = self.broker.read(topic, queue_id, offset, batch, tags)
+            if result.status is GetStatus.OFFSET_TOO_SMALL:
+                offset = result.min_offset
+                continue
+            left = deadline - self.broker.clock.monotonic()
+            if result.messages or result.status is GetStatus.OFFSET_OVERFLOW_BADLY or left <= 0:
+                return result
+            if result.next_offset > offset:  # only filtered-out messages so far: move on, keep polling
+                offset = result.next_offset
+                continue
+            await self.broker.arrivals.wait(topic, left)
+
+    @answers(v5s.GetOffsetResponse)
+    async def GetOffset(self, request, context):
+        group = messages.group_name(request.group)
+        topic = messages.topic_name(request.message_queue.topic)
+        self.broker.check_queue(topic, request.message_queue.id)
+        offset = self.broker.consumers.committed(group, topic, request.message_queue.id)
+        if offset is None:
+            return v5s.GetOffsetResponse(status=v5.Status(
+                code=v5.Code.OFFSET_NOT_FOUND, message=f"OFFSET_NOT_FOUND: group {group} has no offset here"))
+        return v5s.GetOffsetResponse(status=OK, offset=offset)
+
+    @answers(v5s.UpdateOffsetResponse)
+    async def UpdateOffset(self, request, context):
+        group = messages.group_name(request.group)
+        topic = messages.topic_name(request.message_queue.topic)
+        queue_id = request.message_queue.id
+        self.broker.check_queue(topic, queue_id)
+        if not 0 <= request.offset <= self.broker.store.queue_max_offset(topic, queue_id):
+            raise QuorumqError(Error.ILLEGAL_OFFSET, f"offset {request.offset} is beyond the queue's end")
+        self.broker.consumers.commit(group, topic, queue_id, request.offset)
+        return v5s.UpdateOffsetResponse(status=OK)
+
+    @answers(v5s.QueryOffsetResponse)
+    async def QueryOffset(self, request, context):
+        topic = messages.topic_name(request.message_queue.topic)
+        queue_id = request.message_queue.id
+        self.broker.check_queue(topic, queue_id)
+        store = self.broker.store
+        policy = request.query_offset_policy
+        if policy == v5s.QueryOffsetPolicy.BEGINNING:
+            offset = store.queue_min_offset(topic, queue_id)
+        elif policy == v5s.QueryOffsetPolicy.END:
+            offset = store.queue_max_offset(topic, queue_id)
+        else:
+            offset = store.offset_for_timestamp(topic, queue_id, request.timestamp.ToMilliseconds())
+        return v5s.QueryOffsetResponse(status=OK, offset=offset)
+
+    # Not built yet: refused with a clear code rather than half-served.
+
+    @answers(v5s.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED, "transactions are not supported yet")
+
+    @answers(v5s.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        raise QuorumqError(Error.NOT_IMPLEMENTED, "dead-letter queues are not supported yet")
+
+    @answers(v5s.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        raise QuorumqError(Error.NOT_IMPLEMENTED, "recalling delay messages is not supported yet")
+
+    @answers(v5s.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(self, request, context):
+        raise QuorumqError(Error.NOT_IMPLEMENTED, "lite topics are not supported yet")

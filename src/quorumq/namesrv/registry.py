@@ -1,0 +1,102 @@
+"""The name server's route table: pure state, fed registrations and the time, no I/O.
+
+A broker re-registers every `registerNameServerPeriod` with all its topics; one not heard from for
+`brokerNotActiveTimeoutMillis` is dropped with its routes.
+"""
+
+from dataclasses import dataclass, field
+
+from quorumq.cluster import cluster_pb2 as pb
+
+MASTER_ID = 0
+
+
+@dataclass
+class BrokerEntry:
+    registration: pb.BrokerRegistration
+    last_update_ms: int
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        reg = self.registration
+        return reg.cluster, reg.broker_name, reg.broker_id
+
+
+@dataclass
+class RouteRegistry:
+    not_active_timeout_ms: int
+    brokers: dict[tuple[str, str, int], BrokerEntry] = field(default_factory=dict)
+
+    def register(self, registration: pb.BrokerRegistration, now_ms: int) -> pb.RegisterReply:
+        entry = BrokerEntry(pb.BrokerRegistration(), now_ms)
+        entry.registration.CopyFrom(registration)
+        self.brokers[entry.key] = entry
+        master = self._member(registration.cluster, registration.broker_name, MASTER_ID)
+        if master is None:
+            return pb.RegisterReply()
+        return pb.RegisterReply(master_address=master.registration.address,
+                                master_ha_address=master.registration.ha_address)
+
+    def unregister(self, cluster: str, broker_name: str, broker_id: int) -> None:
+        self.brokers.pop((cluster, broker_name, broker_id), None)
+
+    def expire(self, now_ms: int) -> list[BrokerEntry]:
+        """Drop brokers silent for longer than the timeout; return them for the log."""
+        dead = [entry for entry in self.brokers.values()
+                if now_ms - entry.last_update_ms > self.not_active_timeout_ms]
+        for entry in dead:
+            del self.brokers[entry.key]
+        return dead
+
+    def route(self, topic: str) -> pb.TopicRoute | None:
+        """Queues of every master holding the topic; failing that, of every master that would
+        auto-create it on first send; None when no broker serves it."""
+        masters = [entry.registration for entry in self.brokers.values()
+                   if entry.registration.broker_id == MASTER_ID]
+        queues = [pb.QueueData(broker_name=reg.broker_name, read_queue_nums=config.read_queue_nums,
+                               write_queue_nums=config.write_queue_nums, perm=config.perm)
+                  for reg in masters for config in reg.topics if config.name == topic]
+        if not queues:
+            queues = [pb.QueueData(broker_name=reg.broker_name, read_queue_nums=reg.default_queue_nums,
+                                   write_queue_nums=reg.default_queue_nums, perm=reg.perm)
+                      for reg in masters if reg.auto_create_topic]
+        if not queues:
+            return None
+        names = {queue.broker_name for queue in queues}
+        brokers = {}
+        for entry in self.brokers.values():
+            reg = entry.registration
+            if reg.broker_name in names:
+                data = brokers.setdefault(reg.broker_name, pb.BrokerData(
+                    cluster=reg.cluster, broker_name=reg.broker_name))
+                data.addresses[reg.broker_id] = reg.address
+        return pb.TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name),
+                             brokers=[brokers[name] for name in sorted(brokers)])
+
+    def cluster_info(self) -> pb.ClusterInfo:
+        infos = [pb.BrokerInfo(cluster=reg.cluster, broker_name=reg.broker_name, broker_id=reg.broker_id,
+                               address=reg.address, role=reg.role, last_update_ms=entry.last_update_ms,
+                               max_offset=reg.max_offset)
+                 for entry in self.brokers.values() for reg in [entry.registration]]
+        return pb.ClusterInfo(brokers=sorted(infos, key=lambda b: (b.cluster, b.broker_name, b.broker_id)))
+
+    def member_group(self, cluster: str, broker_name: str) -> pb.MemberGroup:
+        group = pb.MemberGroup(cluster=cluster, broker_name=broker_name)
+        for (entry_cluster, name, broker_id), entry in self.brokers.items():
+            if entry_cluster == cluster and name == broker_name:
+                group.addresses[broker_id] = entry.registration.address
+        return group
+
+    def topic_list(self) -> list[str]:
+        topics = {config.name for entry in self.brokers.values() for config in entry.registration.topics}
+        return sorted(topics)
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget a topic the admin deleted on its brokers (they stop listing it themselves)."""
+        for entry in self.brokers.values():
+            kept = [config for config in entry.registration.topics if config.name != topic]
+            del entry.registration.topics[:]
+            entry.registration.topics.extend(kept)
+
+    def _member(self, cluster: str, broker_name: str, broker_id: int) -> BrokerEntry | None:
+        return self.brokers.get((cluster, broker_name, broker_id))

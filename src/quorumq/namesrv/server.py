@@ -1,0 +1,97 @@
+"""The name server process: the route registry behind quorumq's NameServer service, plus the v5
+QueryRoute so a RocketMQ client's access point can be the name server."""
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from quorumq.clock import Clock
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.config import Config
+from quorumq.endpoint import v5
+from quorumq.namesrv.registry import RouteRegistry
+
+log = logging.getLogger("quorumq.namesrv")
+
+
+class NameServerService(pb_grpc.NameServerServicer):
+    def __init__(self, registry: RouteRegistry, clock: Clock) -> None:
+        self.registry = registry
+        self.clock = clock
+
+    async def RegisterBroker(self, request, context):
+        return self.registry.register(request, self.clock.now_ms())
+
+    async def UnregisterBroker(self, request, context):
+        self.registry.unregister(request.cluster, request.broker_name, request.broker_id)
+        log.info("broker %s/%s id %d unregistered", request.cluster, request.broker_name, request.broker_id)
+        return pb.Empty()
+
+    async def GetRoute(self, request, context):
+        route = self.registry.route(request.topic)
+        if route is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"TOPIC_NOT_FOUND: no route for topic {request.topic}")
+        return route
+
+    async def GetClusterInfo(self, request, context):
+        return self.registry.cluster_info()
+
+    async def GetBrokerMemberGroup(self, request, context):
+        return self.registry.member_group(request.cluster, request.broker_name)
+
+    async def GetTopicList(self, request, context):
+        return pb.TopicList(topics=self.registry.topic_list())
+
+    async def DeleteTopic(self, request, context):
+        self.registry.delete_topic(request.topic)
+        return pb.Empty()
+
+
+class RouteOnlyMessagingService(v5_grpc.MessagingServiceServicer):
+    """The v5 surface of the name server: QueryRoute only; the client sends everything else to
+    the brokers named in the route (grpc-client.md section 1)."""
+
+    def __init__(self, registry: RouteRegistry) -> None:
+        self.registry = registry
+
+    async def QueryRoute(self, request, context):
+        return v5.route_response(self.registry.route(v5.resource_name(request.topic)), request.topic)
+
+
+async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        for entry in registry.expire(clock.now_ms()):
+            reg = entry.registration
+            log.warning("broker %s/%s id %d at %s not heard from for %d ms: dropped", reg.cluster,
+                        reg.broker_name, reg.broker_id, reg.address, registry.not_active_timeout_ms)
+
+
+async def serve(config: Config) -> None:
+    clock = Clock()
+    registry = RouteRegistry(not_active_timeout_ms=config["brokerNotActiveTimeoutMillis"])
+    server = grpc.aio.server()
+    pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
+    v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)
+    address = f"{config['bindAddress']}:{config['listenPort']}"
+    server.add_insecure_port(address)
+    await server.start()
+    log.info("name server listening on %s", address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    expiry = asyncio.create_task(_expire_loop(registry, clock, config["scanNotActiveBrokerInterval"] / 1000))
+    await stop.wait()
+    expiry.cancel()
+    await server.stop(grace=1.0)
+    log.info("name server stopped")
+
+
+def main(config: Config) -> int:
+    asyncio.run(serve(config))
+    return 0

@@ -1,0 +1,56 @@
+import logging
+
+import pytest
+
+from quorumq.config import Config, Kind, read_properties
+from quorumq.errors import Error, QuorumqError
+
+
+def test_properties_forms():
+    text = "# comment\n! also\na=1\nb : 2\nc 3\nlong=x\\\n   y\nempty=\nd=a=b\n"
+    assert read_properties(text) == {"a": "1", "b": "2", "c": "3", "long": "xy", "empty": "", "d": "a=b"}
+
+
+def test_unknown_key_is_an_error_naming_it():
+    with pytest.raises(QuorumqError) as caught:
+        Config(Kind.BROKER, {"listenPort": "1", "brokerNmae": "x"})
+    assert caught.value.error is Error.CONFIG_INVALID
+    assert "brokerNmae" in str(caught.value)
+
+
+def test_rocketmq_keys_quorumq_does_not_use_are_warned_once(caplog):
+    with caplog.at_level(logging.WARNING):
+        config = Config(Kind.BROKER, {"sendMessageThreadPoolNums": "4", "useEpollNativeSelector": "true"})
+    warnings = [r for r in caplog.records if "does not use" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "sendMessageThreadPoolNums" in warnings[0].getMessage()
+    assert config["brokerName"] == "broker-a"
+
+
+def test_key_of_another_kind_is_only_warned():
+    config = Config(Kind.NAMESRV, {"brokerName": "x", "listenPort": "9876"})
+    assert config["listenPort"] == 9876
+
+
+def test_bad_values_are_rejected():
+    for key, value in (("brokerRole", "MASTER"), ("listenPort", "x"), ("autoCreateTopicEnable", "yes"),
+                       ("deleteWhen", "25"), ("maxMessageSize", "0")):
+        with pytest.raises(QuorumqError):
+            Config(Kind.BROKER, {key: value})
+
+
+def test_segment_must_hold_largest_message():
+    with pytest.raises(QuorumqError) as caught:
+        Config(Kind.BROKER, {"mappedFileSizeCommitLog": str(1024 * 1024), "maxMessageSize": str(4 * 1024 * 1024)})
+    assert "mappedFileSizeCommitLog" in str(caught.value)
+
+
+def test_live_update_only_for_live_keys_and_rolled_back_when_invalid():
+    config = Config(Kind.BROKER, {})
+    config.update_live("fileReservedTime", "1")
+    assert config["fileReservedTime"] == 1
+    with pytest.raises(QuorumqError):
+        config.update_live("listenPort", "1")
+    with pytest.raises(QuorumqError):
+        config.update_live("defaultTopicQueueNums", "100000")
+    assert config["defaultTopicQueueNums"] == 8
