@@ -20,15 +20,24 @@ def official_message(topic: str, body: bytes, tag: str | None = None, keys: str 
     return message
 
 
-@pytest.fixture
-def client_config(cluster):
+def configuration(cluster) -> ClientConfiguration:
     return ClientConfiguration(cluster["access_point"], Credentials(), request_timeout=5)
 
 
 @pytest.fixture
-def producer(client_config):
-    producer = Producer(client_config)
+def client_config(shared_cluster):
+    return configuration(shared_cluster)
+
+
+def started_producer(config: ClientConfiguration) -> Producer:
+    producer = Producer(config)
     producer.startup()
+    return producer
+
+
+@pytest.fixture
+def producer(client_config):
+    producer = started_producer(client_config)
     yield producer
     producer.shutdown()
 
@@ -48,7 +57,7 @@ def receive_all(consumer, expected: int, invisible_s: int = 30, timeout_s: float
     return received
 
 
-def test_send_receive_ack(cluster, client_config, producer):
+def test_send_receive_ack(client_config, producer):
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G1", topic)
     try:
@@ -71,7 +80,7 @@ def test_send_receive_ack(cluster, client_config, producer):
         consumer.shutdown()
 
 
-def test_unacked_message_is_redelivered_after_invisible_time(cluster, client_config, producer):
+def test_unacked_message_is_redelivered_after_invisible_time(client_config, producer):
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G2", topic)
     try:
@@ -86,7 +95,7 @@ def test_unacked_message_is_redelivered_after_invisible_time(cluster, client_con
         consumer.shutdown()
 
 
-def test_change_invisible_duration_brings_message_back_sooner(cluster, client_config, producer):
+def test_change_invisible_duration_brings_message_back_sooner(client_config, producer):
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G3", topic)
     try:
@@ -103,7 +112,7 @@ def test_change_invisible_duration_brings_message_back_sooner(cluster, client_co
         consumer.shutdown()
 
 
-def test_tag_filter_selects_on_receive(cluster, client_config, producer):
+def test_tag_filter_selects_on_receive(client_config, producer):
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G4", topic, expression="red")
     try:
@@ -117,7 +126,9 @@ def test_tag_filter_selects_on_receive(cluster, client_config, producer):
         consumer.shutdown()
 
 
-def test_acked_sends_survive_broker_restart(cluster, client_config, producer):
+def test_acked_sends_survive_broker_restart(cluster):
+    client_config = configuration(cluster)
+    producer = started_producer(client_config)
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G5", topic)
     sent = set()
@@ -144,5 +155,19 @@ def test_acked_sends_survive_broker_restart(cluster, client_config, producer):
         received = receive_all(consumer, len(sent) - len(acked))
         assert {m.message_id for m in received} | acked == sent, "an acknowledged send went missing"
         assert not {m.message_id for m in received} & acked, "group progress was lost across the restart"
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+
+
+def test_body_of_max_message_size_round_trips(client_config, producer):
+    topic = f"T{uuid.uuid4().hex[:8]}"
+    consumer = simple_consumer(client_config, "G6", topic)
+    try:
+        body = bytes(range(256)) * (4 * 1024 * 1024 // 256)
+        receipt = producer.send(official_message(topic, body))
+        [message] = receive_all(consumer, 1)
+        assert message.message_id == receipt.message_id and message.body == body and not message.corrupted
+        consumer.ack(message)
     finally:
         consumer.shutdown()

@@ -17,7 +17,7 @@ from quorumq.config import Config
 from quorumq.core.put_status import PutStatus
 from quorumq.core.retention import parse_delete_when, retention_action
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import GetResult, MessageIn, MessageStore, TopicConfig, TopicConfigs
+from quorumq.store import AppendResult, GetResult, MessageIn, MessageStore, TopicConfig, TopicConfigs
 from quorumq.store.flush import Flusher
 
 log = logging.getLogger("quorumq.broker")
@@ -148,12 +148,12 @@ class Broker:
             except QuorumqError as error:
                 results[index] = PutResult(None, error=error)
         if accepted:
-            self._admit(len(accepted))
-            self.pending_messages += len(accepted)
             try:
                 status, appended = await self._append([message for _, message in accepted])
-            finally:
-                self.pending_messages -= len(accepted)
+            except QuorumqError as error:  # refused whole: disk full, overload, a store that stopped
+                for index, _ in accepted:
+                    results[index] = PutResult(None, error=error)
+                return results
             for (index, message), (_, queue_offset) in zip(accepted, appended.offsets):
                 results[index] = PutResult(status, message.queue_id, queue_offset)
                 self.arrivals.notify(message.topic)
@@ -170,13 +170,18 @@ class Broker:
             raise QuorumqError(Error.TOO_MANY_REQUESTS, f"more than {limits.PENDING_SEND_MESSAGES_MAX} messages "
                                                         "wait to be stored; retry later")
 
-    async def _append(self, batch: list[MessageIn]):
-        appended = self.store.append(batch)
-        if self.config["flushDiskType"] == "SYNC_FLUSH":
-            flushed = await self.flusher.wait_flushed(appended.end_offset, self.config["syncFlushTimeout"] / 1000)
-            if not flushed:
-                return PutStatus.FLUSH_DISK_TIMEOUT, appended
-        return PutStatus.PUT_OK, appended
+    async def _append(self, batch: list[MessageIn]) -> tuple[PutStatus, AppendResult]:
+        self._admit(len(batch))
+        self.pending_messages += len(batch)
+        try:
+            appended = self.store.append(batch)
+            if self.config["flushDiskType"] == "SYNC_FLUSH":
+                timeout_s = self.config["syncFlushTimeout"] / 1000
+                if not await self.flusher.wait_flushed(appended.end_offset, timeout_s):
+                    return PutStatus.FLUSH_DISK_TIMEOUT, appended
+            return PutStatus.PUT_OK, appended
+        finally:
+            self.pending_messages -= len(batch)
 
     # Housekeeping.
 

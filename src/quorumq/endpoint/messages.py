@@ -18,6 +18,12 @@ from quorumq.errors import Error, QuorumqError
 PROPERTY_SEPARATORS = ("\x01", "\x02")
 
 _NAME = re.compile(limits.NAME_PATTERN)
+_checked_names: set[str] = set()  # names that passed: the rule is the same for topics and groups
+# Enum values read once: look-ups through the generated wrappers are slow on the hot path.
+_NORMAL = v5.MessageType.NORMAL
+_GZIP = v5.Encoding.GZIP
+_IDENTITY = v5.Encoding.IDENTITY
+_MD5 = v5.DigestType.MD5
 _UNSUPPORTED_TYPES = {
     v5.MessageType.FIFO: "FIFO", v5.MessageType.DELAY: "DELAY", v5.MessageType.TRANSACTION: "TRANSACTION",
     v5.MessageType.LITE: "LITE", v5.MessageType.PRIORITY: "PRIORITY",
@@ -25,9 +31,14 @@ _UNSUPPORTED_TYPES = {
 
 
 def check_name(name: str, error: Error, what: str) -> str:
+    if name in _checked_names:
+        return name
     if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.match(name):
         raise QuorumqError(error, f"{what} {name!r} must be 1..{limits.NAME_LENGTH_MAX} characters of "
                                   "%|a-zA-Z0-9_-")
+    if len(_checked_names) >= limits.TOPICS_MAX:
+        _checked_names.clear()
+    _checked_names.add(name)
     return name
 
 
@@ -47,10 +58,10 @@ def _check_text(value: str, limit: int, error: Error, what: str) -> None:
 def properties_of(message: v5.Message, max_body_bytes: int) -> dict[str, str]:
     """The stored properties of an incoming message, after every check on it."""
     system = message.system_properties
-    kind = _UNSUPPORTED_TYPES.get(system.message_type)
-    if kind is not None:
+    kind = system.message_type
+    if kind != _NORMAL and kind in _UNSUPPORTED_TYPES:
         raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
-                           f"{kind} messages are not supported yet; send NORMAL messages")
+                           f"{_UNSUPPORTED_TYPES[kind]} messages are not supported yet; send NORMAL messages")
     if system.HasField("delivery_timestamp") or system.HasField("message_group"):
         raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
                            "delay and FIFO (message group) messages are not supported yet")
@@ -80,7 +91,7 @@ def properties_of(message: v5.Message, max_body_bytes: int) -> dict[str, str]:
     if not system.message_id or len(system.message_id) > limits.KEY_LENGTH_MAX:
         raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
     stored[properties.MESSAGE_ID] = system.message_id
-    if system.body_encoding == v5.Encoding.GZIP:
+    if system.body_encoding == _GZIP:
         stored[properties.BODY_ENCODING] = "GZIP"
     if len(stored) > limits.PROPERTY_COUNT_MAX:
         raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {limits.PROPERTY_COUNT_MAX} properties")
@@ -104,9 +115,9 @@ def outgoing(stored, delivery_attempt: int = 1) -> v5.Message:
     props = stored.properties
     system = v5.SystemProperties(
         message_id=props.get(properties.MESSAGE_ID, ""),
-        body_digest=v5.Digest(type=v5.DigestType.MD5, checksum=hashlib.md5(stored.body).hexdigest().upper()),
-        body_encoding=v5.Encoding.GZIP if props.get(properties.BODY_ENCODING) == "GZIP" else v5.Encoding.IDENTITY,
-        message_type=v5.MessageType.NORMAL,
+        body_digest=v5.Digest(type=_MD5, checksum=hashlib.md5(stored.body).hexdigest().upper()),
+        body_encoding=_GZIP if props.get(properties.BODY_ENCODING) == "GZIP" else _IDENTITY,
+        message_type=_NORMAL,
         born_timestamp=_timestamp(stored.born_timestamp_ms),
         born_host=stored.born_host,
         store_timestamp=_timestamp(stored.store_timestamp_ms),

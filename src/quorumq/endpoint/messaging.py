@@ -14,8 +14,9 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq import limits
-from quorumq.broker.broker import Broker
+from quorumq.broker.broker import Broker, PutResult
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.put_status import PutStatus
 from quorumq.endpoint import messages
 from quorumq.endpoint.v5 import NO_NEW_MESSAGE, OK, error_status, route_response, status
 from quorumq.errors import Error, QuorumqError
@@ -24,6 +25,7 @@ from quorumq.store import GetStatus, MessageIn
 log = logging.getLogger("quorumq.endpoint")
 
 EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"
+CODE_OK = v5.Code.OK  # enum look-ups through the generated wrapper are slow on the hot path
 POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
 LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
 
@@ -57,6 +59,16 @@ def _poll_budget(requested: Duration | None, context) -> float:
     if remaining is not None:
         wanted = min(wanted, remaining - POLL_MARGIN_S)
     return max(wanted, 0.0)
+
+
+_STORED_STATUS = {status: v5.Status(code=status.code, message=status.send_status if status.code == CODE_OK else
+                                    f"{status.send_status}: the message is stored on the master but not "
+                                    "acknowledged as asked")
+                  for status in PutStatus}
+
+
+def _entry_status(result: PutResult) -> v5.Status:
+    return error_status(result.error) if result.error is not None else _STORED_STATUS[result.status]
 
 
 class MessagingService(v5_grpc.MessagingServiceServicer):
@@ -140,23 +152,11 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes")
         explicit = any(key == EXPLICIT_QUEUE_HEADER and value == "1"
                        for key, value in context.invocation_metadata() or ())
-        incoming = [self._incoming(message, explicit) for message in request.messages]
-        results = await self.broker.put(incoming)
-        entries = []
-        first_failure = None
-        for message, result in zip(request.messages, results):
-            message_id = message.system_properties.message_id
-            if result.error is not None:
-                entry_status = error_status(result.error)
-            elif result.status.code == v5.Code.OK:
-                entry_status = v5.Status(code=v5.Code.OK, message=result.status.send_status)
-            else:
-                entry_status = v5.Status(code=result.status.code, message=f"{result.status.send_status}: "
-                                         "the message is stored on the master but not acknowledged as asked")
-            if first_failure is None and entry_status.code != v5.Code.OK:
-                first_failure = entry_status
-            entries.append(v5s.SendResultEntry(status=entry_status, message_id=message_id,
-                                               offset=max(result.queue_offset, 0)))
+        results = await self.broker.put([self._incoming(message, explicit) for message in request.messages])
+        entries = [v5s.SendResultEntry(status=_entry_status(result), message_id=message.system_properties.message_id,
+                                       offset=max(result.queue_offset, 0))
+                   for message, result in zip(request.messages, results)]
+        first_failure = next((entry.status for entry in entries if entry.status.code != CODE_OK), None)
         return v5s.SendMessageResponse(status=first_failure or OK, entries=entries)
 
     def _incoming(self, message: v5.Message, explicit_queue: bool) -> MessageIn | QuorumqError:
@@ -284,6 +284,7 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         yield v5s.PullMessageResponse(next_offset=result.next_offset)
 
     async def _pull(self, request, context):
+        messages.group_name(request.group)
         topic = messages.topic_name(request.message_queue.topic)
         queue_id = request.message_queue.id
         self.broker.check_queue(topic, queue_id)
@@ -335,9 +336,9 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         self.broker.check_queue(topic, queue_id)
         store = self.broker.store
         policy = request.query_offset_policy
-        if policy == v5s.QueryOffsetPolicy.BEGINNING:
+        if policy == v5.QueryOffsetPolicy.BEGINNING:
             offset = store.queue_min_offset(topic, queue_id)
-        elif policy == v5s.QueryOffsetPolicy.END:
+        elif policy == v5.QueryOffsetPolicy.END:
             offset = store.queue_max_offset(topic, queue_id)
         else:
             offset = store.offset_for_timestamp(topic, queue_id, request.timestamp.ToMilliseconds())

@@ -1,0 +1,143 @@
+"""Bad input on every port: a clear error with a stable code, and the server keeps serving."""
+
+import os
+import random
+import socket
+import time
+import uuid
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from quorumq import limits
+
+MAX_MESSAGE_SIZE = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_cluster(tmp_path_factory):
+    from harness import LocalCluster
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("bad-input"), sets={"maxMessageSize": str(MAX_MESSAGE_SIZE)})
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def stub(small_cluster):
+    broker = next(p for p in small_cluster["processes"] if p["kind"] == "broker")
+    channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
+    yield v5_grpc.MessagingServiceStub(channel)
+    channel.close()
+
+
+def message(topic="BadInput", body=b"x", message_type=v5.MessageType.NORMAL, **system):
+    return v5.Message(topic=v5.Resource(name=topic), body=body, user_properties=system.pop("user", {}),
+                      system_properties=v5.SystemProperties(message_id=uuid.uuid4().hex, message_type=message_type,
+                                                            body_encoding=v5.Encoding.IDENTITY, **system))
+
+
+def send(stub, *messages):
+    return stub.SendMessage(v5s.SendMessageRequest(messages=list(messages)), timeout=10)
+
+
+@pytest.mark.parametrize("bad, code", [
+    (message(topic="has space"), v5.Code.ILLEGAL_TOPIC),
+    (message(topic="x" * (limits.NAME_LENGTH_MAX + 1)), v5.Code.ILLEGAL_TOPIC),
+    (message(body=b""), v5.Code.MESSAGE_BODY_EMPTY),
+    (message(body=b"x" * (MAX_MESSAGE_SIZE + 1)), v5.Code.MESSAGE_BODY_TOO_LARGE),
+    (message(user={"UNIQ_KEY": "mine"}), v5.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (message(tag="a|b"), v5.Code.ILLEGAL_MESSAGE_TAG),
+    (message(message_type=v5.MessageType.FIFO, message_group="g"), v5.Code.UNSUPPORTED),
+    (message(message_type=v5.MessageType.TRANSACTION), v5.Code.UNSUPPORTED),
+    (message(message_type=v5.MessageType.DELAY), v5.Code.UNSUPPORTED),
+])
+def test_bad_message_gets_its_code_and_is_not_stored(stub, bad, code):
+    response = send(stub, bad)
+    assert response.status.code == code, response.status.message
+    assert response.entries[0].status.code == code
+    good = send(stub, message(body=b"still serving"))
+    assert good.status.code == v5.Code.OK
+
+
+def test_good_and_bad_messages_in_one_batch(stub):
+    response = send(stub, message(body=b"one"), message(body=b""), message(body=b"three"))
+    assert [entry.status.code for entry in response.entries] == [
+        v5.Code.OK, v5.Code.MESSAGE_BODY_EMPTY, v5.Code.OK]
+    assert response.status.code == v5.Code.MESSAGE_BODY_EMPTY
+
+
+def test_batch_over_the_limit_is_refused_whole(stub):
+    response = send(stub, *[message(body=b"x")] * (limits.BATCH_MESSAGES_MAX + 1))
+    assert response.status.code == v5.Code.PAYLOAD_TOO_LARGE
+    assert "BATCH_TOO_LARGE" in response.status.message
+
+
+def test_unknown_group_names_and_filters(stub):
+    queue = v5.MessageQueue(topic=v5.Resource(name="BadInput"), id=0)
+    pulled = list(stub.PullMessage(v5s.PullMessageRequest(
+        group=v5.Resource(name="bad group"), message_queue=queue, offset=0, batch_size=1), timeout=10))
+    assert pulled[0].status.code == v5.Code.ILLEGAL_CONSUMER_GROUP
+    received = list(stub.ReceiveMessage(v5s.ReceiveMessageRequest(
+        group=v5.Resource(name="bad group"), message_queue=queue, batch_size=1), timeout=10))
+    assert received[0].status.code == v5.Code.ILLEGAL_CONSUMER_GROUP
+    received = list(stub.ReceiveMessage(v5s.ReceiveMessageRequest(
+        group=v5.Resource(name="G"), message_queue=queue, batch_size=1,
+        filter_expression=v5.FilterExpression(type=v5.FilterType.SQL, expression="a > 1")), timeout=10))
+    assert received[0].status.code == v5.Code.ILLEGAL_FILTER_EXPRESSION
+    ack = stub.AckMessage(v5s.AckMessageRequest(group=v5.Resource(name="G"), topic=v5.Resource(name="BadInput"),
+                                                entries=[v5s.AckMessageEntry(message_id="x", receipt_handle="junk")]),
+                          timeout=10)
+    assert ack.status.code == v5.Code.INVALID_RECEIPT_HANDLE
+
+
+def test_pull_beyond_the_end_is_an_illegal_offset(stub):
+    send(stub, message(topic="PullEnd", body=b"x"))
+    queue = v5.MessageQueue(topic=v5.Resource(name="PullEnd"), id=0)
+    first = list(stub.PullMessage(v5s.PullMessageRequest(group=v5.Resource(name="G"), message_queue=queue,
+                                                         offset=10**9, batch_size=1), timeout=10))
+    assert first[0].status.code == v5.Code.ILLEGAL_OFFSET
+
+
+def _garbage_everywhere(cluster, seed: int) -> list[socket.socket]:
+    """Random bytes, a half-sent HTTP/2 preface and idle half-open connections on every port."""
+    rng = random.Random(seed)
+    idle = []
+    for process in cluster["processes"]:
+        host, port = process["address"].rsplit(":", 1)
+        for payload in (rng.randbytes(4096), b"PRI * HTTP/2.0\r\n", os.urandom(64)):
+            with socket.create_connection((host, int(port)), timeout=5) as sock:
+                sock.sendall(payload)
+        half_open = socket.create_connection((host, int(port)), timeout=5)
+        half_open.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        idle.append(half_open)
+    return idle
+
+
+def test_garbage_and_half_open_connections_do_not_stop_service(small_cluster, stub):
+    before = send(stub, message(topic="Garbage", body=b"before"))
+    assert before.status.code == v5.Code.OK
+    idle = _garbage_everywhere(small_cluster, seed=7)
+    try:
+        time.sleep(0.5)
+        after = send(stub, message(topic="Garbage", body=b"after"))
+        assert after.status.code == v5.Code.OK
+        route = v5_grpc.MessagingServiceStub(grpc.insecure_channel(small_cluster["access_point"])).QueryRoute(
+            v5s.QueryRouteRequest(topic=v5.Resource(name="Garbage")), timeout=10)
+        assert route.status.code == v5.Code.OK
+        bodies = set()
+        for queue_id in range(8):
+            pulled = stub.PullMessage(v5s.PullMessageRequest(
+                group=v5.Resource(name="G"), message_queue=v5.MessageQueue(topic=v5.Resource(name="Garbage"),
+                                                                           id=queue_id), offset=0, batch_size=10),
+                timeout=10)
+            bodies |= {r.message.body for r in pulled if r.HasField("message")}
+        assert bodies == {b"before", b"after"}, "a stored message was lost"
+    finally:
+        for sock in idle:
+            sock.close()

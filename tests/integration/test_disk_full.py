@@ -1,0 +1,95 @@
+"""A full disk: writes are refused with DISK_FULL instead of filling it, nothing stored is lost,
+and writes resume once retention has made space again. The broker's data lives on a small tmpfs."""
+
+import subprocess
+import uuid
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from harness import LocalCluster, check_for, cli, pid_alive
+
+BODY = b"d" * (128 * 1024)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def start(small_disk, **sets) -> tuple[LocalCluster, dict]:
+    settings = {"mappedFileSizeCommitLog": str(2 * 1024 * 1024), "maxMessageSize": str(256 * 1024),
+                "cleanResourceInterval": "200", "diskMaxUsedSpaceRatio": "99", **sets}
+    cluster = LocalCluster(small_disk / "cluster", sets=settings)
+    return cluster, cluster.start()
+
+
+def send(stub, topic):
+    message = v5.Message(topic=v5.Resource(name=topic), body=BODY, system_properties=v5.SystemProperties(
+        message_id=uuid.uuid4().hex, message_type=v5.MessageType.NORMAL, body_encoding=v5.Encoding.IDENTITY))
+    return stub.SendMessage(v5s.SendMessageRequest(messages=[message]), timeout=10)
+
+
+def fill_until_refused(stub, topic) -> tuple[int, v5.Status]:
+    for count in range(400):  # 400 x 128 KiB is twice the disk: the loop must end in a refusal
+        response = send(stub, topic)
+        if response.status.code != v5.Code.OK:
+            return count, response.status
+    raise AssertionError("the broker accepted more than the disk can hold")
+
+
+def stored_count(stub, topic) -> int:
+    total = 0
+    for queue_id in range(8):
+        queue = v5.MessageQueue(topic=v5.Resource(name=topic), id=queue_id)
+        begin = stub.QueryOffset(v5s.QueryOffsetRequest(message_queue=queue,
+                                                        query_offset_policy=v5.QueryOffsetPolicy.BEGINNING))
+        end = stub.QueryOffset(v5s.QueryOffsetRequest(message_queue=queue,
+                                                      query_offset_policy=v5.QueryOffsetPolicy.END))
+        for offset in range(begin.offset, end.offset):
+            pulled = list(stub.PullMessage(v5s.PullMessageRequest(
+                group=v5.Resource(name="Check"), message_queue=queue, offset=offset, batch_size=1), timeout=10))
+            assert pulled[1].message.body == BODY, f"queue {queue_id} offset {offset} is unreadable"
+            total += 1
+    return total
+
+
+@pytest.mark.parametrize("refusal", ["warning-ratio", "no-space-left"])
+def test_full_disk_refuses_writes_then_resumes(small_disk, refusal):
+    # "warning-ratio": refused past diskSpaceWarningLevelRatio; "no-space-left": the ratio never
+    # trips, so the broker meets ENOSPC when it preallocates a segment.
+    warning = "0.6" if refusal == "warning-ratio" else "1.0"
+    cluster, info = start(small_disk, diskSpaceWarningLevelRatio=warning, diskSpaceCleanForciblyRatio="1.0")
+    try:
+        broker = next(p for p in info["processes"] if p["kind"] == "broker")
+        stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
+        accepted, refused = fill_until_refused(stub, "Fill")
+        assert accepted > 10
+        assert "DISK_FULL" in refused.message and refused.code == v5.Code.INTERNAL_SERVER_ERROR
+        assert send(stub, "Fill").status.code != v5.Code.OK, "still full: still refused"
+        assert pid_alive(broker["pid"])
+        assert stored_count(stub, "Fill") == accepted, "an acknowledged message was lost"
+
+        # Space comes back when retention may delete the oldest segments even though unexpired.
+        result = cli("admin", "updateBrokerConfig", "-n", info["access_point"],
+                     "-k", "diskSpaceCleanForciblyRatio", "-v", "0.3")
+        assert result.returncode == 0, result.stderr
+        check_for(30, 0.3, lambda: send(stub, "Fill").status.code == v5.Code.OK, "writes resumed")
+        begin = stub.QueryOffset(v5s.QueryOffsetRequest(
+            message_queue=v5.MessageQueue(topic=v5.Resource(name="Fill"), id=0),
+            query_offset_policy=v5.QueryOffsetPolicy.BEGINNING))
+        assert begin.offset > 0, "the deleted segments' queue entries must be gone: min offset moved forward"
+    finally:
+        cluster.stop()
