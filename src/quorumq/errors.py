@@ -14,7 +14,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 Code = v5.Code
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity, so entries sharing codes stay distinct Enum members
 class ErrorKind:
     code: int  # the v5 Code sent to RocketMQ clients
     grpc_status: grpc.StatusCode  # the status on quorumq's cluster protocol

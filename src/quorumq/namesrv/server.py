@@ -6,6 +6,7 @@ import logging
 import signal
 
 import grpc
+from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.clock import Clock
@@ -13,6 +14,8 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.endpoint import v5
+from quorumq.endpoint.messages import topic_name
+from quorumq.errors import QuorumqError
 from quorumq.namesrv.registry import RouteRegistry
 
 log = logging.getLogger("quorumq.namesrv")
@@ -59,7 +62,11 @@ class RouteOnlyMessagingService(v5_grpc.MessagingServiceServicer):
         self.registry = registry
 
     async def QueryRoute(self, request, context):
-        return v5.route_response(self.registry.route(v5.resource_name(request.topic)), request.topic)
+        try:
+            topic = topic_name(request.topic)
+        except QuorumqError as exc:
+            return v5s.QueryRouteResponse(status=v5.error_status(exc))
+        return v5.route_response(self.registry.route(topic), request.topic)
 
 
 async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float) -> None:

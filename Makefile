@@ -1,0 +1,41 @@
+# quorumq: `make run` starts a local cluster with a demo, `make test` runs the tests.
+# Every target sets up first; setup is idempotent and takes a second when already done.
+
+PYTHON_BASE ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+# Debian packages the project needs beyond Python itself (later: nats-server, zookeeper).
+DEBIAN_PACKAGES :=
+SETUP_STAMP := $(VENV)/.setup-done
+
+.PHONY: setup run test bench clean
+
+setup: $(SETUP_STAMP)
+
+# Rebuilt when the pinned requirements or the package metadata change.
+$(SETUP_STAMP): requirements.txt pyproject.toml Makefile
+	@missing=""; \
+	command -v $(PYTHON_BASE) >/dev/null || missing="python3.11 python3.11-venv"; \
+	for package in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "ok installed" || missing="$$missing $$package"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+run: setup
+	scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	for bench in bench/bench_*.py; do $(PY) $$bench || exit 1; done
+
+clean:
+	rm -rf run .pytest_cache

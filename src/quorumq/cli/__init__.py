@@ -1,0 +1,1 @@
+"""The `quorumq` command line."""

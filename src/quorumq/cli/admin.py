@@ -1,0 +1,252 @@
+"""`quorumq admin COMMAND -n ACCESS_POINT`: cluster administration in the spirit of RocketMQ's mqadmin.
+
+Output is readable text, or JSON with --json. A failed command prints the error with its catalogue
+name and exits 1; sendMessage exits 0 only for SEND_OK.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Awaitable, Callable
+
+from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
+from quorumq.client.consumer import NO_NEW_MSG
+from quorumq.cluster import cluster_pb2 as pb
+
+CONSUME_BATCH = 32
+TOOLS_GROUP = "TOOLS_CONSUMER"  # mqadmin's group for reading messages
+
+
+@dataclass
+class Output:
+    data: Any  # what --json prints
+    text: str  # what a person reads
+    ok: bool = True
+
+
+Handler = Callable[[argparse.Namespace, AdminClient], Awaitable[Output]]
+COMMANDS: dict[str, tuple[str, list[tuple[tuple, dict]], Handler]] = {}
+
+
+def arg(*flags: str, **options: Any) -> tuple[tuple, dict]:
+    return flags, options
+
+
+def command(name: str, help_text: str, *arguments: tuple[tuple, dict]) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        COMMANDS[name] = (help_text, list(arguments), handler)
+        return handler
+
+    return register
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells)
+
+
+def key_values(entries: dict[str, str]) -> str:
+    width = max((len(key) for key in entries), default=0)
+    return "\n".join(f"{key:<{width}} = {entries[key]}" for key in sorted(entries))
+
+
+async def target_brokers(admin: AdminClient, args: argparse.Namespace) -> list[str]:
+    """-b ADDRESS, or every master of -c CLUSTER (of every cluster when neither is given)."""
+    if args.broker:
+        return [args.broker]
+    return [b.address for b in await admin.brokers(args.cluster, masters_only=True)]
+
+
+BROKER_OR_CLUSTER = (arg("-b", "--broker", help="one broker's address"),
+                     arg("-c", "--cluster", help="the brokers of this cluster"))
+TOPIC = arg("-t", "--topic", required=True)
+GROUP = arg("-g", "--group", required=True)
+
+
+@command("updateTopic", "create or change a topic on brokers", TOPIC, *BROKER_OR_CLUSTER,
+         arg("-r", "--read-queue-nums", type=int, default=8),
+         arg("-w", "--write-queue-nums", type=int, default=8),
+         arg("-p", "--perm", type=int, default=6, help="2 read, 4 write, 6 read and write"))
+async def update_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
+    addresses = await target_brokers(admin, args)
+    await asyncio.gather(*(admin.update_topic(a, args.topic, args.read_queue_nums, args.write_queue_nums,
+                                              args.perm) for a in addresses))
+    data = {"topic": args.topic, "read_queue_nums": args.read_queue_nums,
+            "write_queue_nums": args.write_queue_nums, "perm": args.perm, "brokers": addresses}
+    return Output(data, "\n".join(
+        f"updated topic {args.topic} (read {args.read_queue_nums}, write {args.write_queue_nums}, "
+        f"perm {args.perm}) on {a}" for a in addresses))
+
+
+@command("topicList", "list the topics the name server knows")
+async def topic_list(args: argparse.Namespace, admin: AdminClient) -> Output:
+    topics = await admin.topic_list()
+    return Output(topics, "\n".join(topics))
+
+
+@command("topicRoute", "show a topic's queues and brokers", TOPIC)
+async def topic_route(args: argparse.Namespace, admin: AdminClient) -> Output:
+    route = await admin.route(args.topic)
+    queues = [{"broker_name": q.broker_name, "read_queue_nums": q.read_queue_nums,
+               "write_queue_nums": q.write_queue_nums, "perm": q.perm} for q in route.queues]
+    brokers = [{"cluster": b.cluster, "broker_name": b.broker_name,
+                "addresses": {str(i): a for i, a in sorted(b.addresses.items())}} for b in route.brokers]
+    text = table(["broker", "read queues", "write queues", "perm"], [list(q.values()) for q in queues])
+    text += "\n\n" + table(["cluster", "broker", "id", "address"], [
+        [b["cluster"], b["broker_name"], i, a] for b in brokers for i, a in b["addresses"].items()])
+    return Output({"topic": route.topic, "queues": queues, "brokers": brokers}, text)
+
+
+@command("clusterList", "list the brokers registered with the name server")
+async def cluster_list(args: argparse.Namespace, admin: AdminClient) -> Output:
+    brokers = [{"cluster": b.cluster, "broker_name": b.broker_name, "broker_id": b.broker_id,
+                "address": b.address, "role": b.role, "max_offset": b.max_offset,
+                "last_update_ms": b.last_update_ms} for b in await admin.brokers()]
+    return Output(brokers, table(["cluster", "broker", "id", "address", "role", "max offset", "last update ms"],
+                                 [list(b.values()) for b in brokers]))
+
+
+@command("brokerStatus", "show a broker's runtime status", arg("-b", "--broker", required=True))
+async def broker_status(args: argparse.Namespace, admin: AdminClient) -> Output:
+    status = await admin.broker_status(args.broker)
+    return Output(status, key_values(status))
+
+
+@command("getBrokerConfig", "show a broker's config", arg("-b", "--broker", required=True))
+async def get_broker_config(args: argparse.Namespace, admin: AdminClient) -> Output:
+    entries = await admin.broker_config(args.broker)
+    return Output(entries, key_values(entries))
+
+
+@command("updateBrokerConfig", "change a config key live on one broker or on every broker of the cluster",
+         arg("-k", "--key", required=True), arg("-v", "--value", required=True), *BROKER_OR_CLUSTER)
+async def update_broker_config(args: argparse.Namespace, admin: AdminClient) -> Output:
+    addresses = await admin.update_broker_config(args.key, args.value, args.broker, args.cluster)
+    return Output({"key": args.key, "value": args.value, "brokers": addresses},
+                  "\n".join(f"updated {args.key}={args.value} on {a}" for a in addresses))
+
+
+def lag(queue: pb.QueueProgress) -> int:
+    """Messages the group has not consumed; a group without an offset has the whole queue left."""
+    start = queue.consumer_offset if queue.consumer_offset >= 0 else queue.min_offset
+    return max(0, queue.max_offset - start)
+
+
+@command("consumerProgress", "show a consumer group's offsets and lag per queue", GROUP,
+         arg("-t", "--topic", default="", help="only this topic"))
+async def consumer_progress(args: argparse.Namespace, admin: AdminClient) -> Output:
+    rows = [{"topic": q.topic, "broker_name": progress.broker_name, "queue_id": q.queue_id,
+             "min_offset": q.min_offset, "broker_offset": q.max_offset, "consumer_offset": q.consumer_offset,
+             "lag": lag(q), "inflight": q.inflight}
+            for progress in await admin.consumer_progress(args.group, args.topic) for q in progress.queues]
+    rows.sort(key=lambda r: (r["topic"], r["broker_name"], r["queue_id"]))
+    total = sum(r["lag"] for r in rows)
+    text = table(["topic", "broker", "queue", "min offset", "broker offset", "consumer offset", "lag",
+                  "inflight"], [list(r.values()) for r in rows])
+    return Output({"group": args.group, "queues": rows, "total_lag": total}, f"{text}\n\ntotal lag: {total}")
+
+
+@command("sendMessage", "send one message and print its send status",
+         TOPIC, arg("-p", "--body", required=True), arg("-k", "--keys", default="", help="space-separated keys"),
+         arg("--tag"), arg("-b", "--broker-name", help="send to this broker"),
+         arg("-i", "--queue-id", type=int, help="send to this queue"))
+async def send_message(args: argparse.Namespace, admin: AdminClient) -> Output:
+    async with Producer(args.namesrv) as producer:
+        result = await producer.send(args.topic, Message(args.body.encode(), args.tag, tuple(args.keys.split())),
+                                     args.queue_id, args.broker_name)
+    text = (f"{result.status} msgId={result.message_id} broker={result.broker_name} queue={result.queue_id} "
+            f"offset={result.queue_offset}" + (f" ({result.detail})" if result.detail else ""))
+    return Output(asdict(result), text, ok=result.ok)
+
+
+def message_record(message: Any) -> dict:
+    record = asdict(message)
+    record["body"] = message.body.decode(errors="replace")
+    return record
+
+
+@command("consumeMessage", "print messages of a topic without committing offsets",
+         TOPIC, arg("-g", "--group", default=TOOLS_GROUP), arg("-b", "--broker-name"),
+         arg("-q", "--queue-id", type=int), arg("-o", "--offset", type=int, help="default: each queue's min"),
+         arg("-c", "--count", type=int, default=128, help="at most this many messages in all"))
+async def consume_message(args: argparse.Namespace, admin: AdminClient) -> Output:
+    records = []
+    async with PullConsumer(args.namesrv, args.group) as consumer:
+        for queue in await consumer.queues(args.topic):
+            if args.queue_id not in (None, queue.queue_id) or args.broker_name not in (None, queue.broker_name):
+                continue
+            offset = args.offset
+            if offset is None:
+                offset = await consumer.query_offset(args.topic, queue.queue_id, "BEGINNING",
+                                                     broker_name=queue.broker_name)
+            while len(records) < args.count:
+                result = await consumer.pull(args.topic, queue.queue_id, offset,
+                                             min(CONSUME_BATCH, args.count - len(records)),
+                                             broker_name=queue.broker_name)
+                records.extend(message_record(m) for m in result.messages)
+                if result.status == NO_NEW_MSG or not result.messages:
+                    break
+                offset = result.next_offset
+    text = "\n".join(f"{r['broker_name']}:{r['queue_id']}@{r['queue_offset']} msgId={r['message_id']} "
+                     f"tag={r['tag']} keys={','.join(r['keys'])} body={r['body']}" for r in records)
+    return Output(records, text)
+
+
+@command("deleteTopic", "delete a topic from its brokers and the name server", TOPIC,
+         arg("-c", "--cluster", help="only this cluster's brokers"))
+async def delete_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
+    addresses = await admin.delete_topic(args.topic, args.cluster)
+    return Output({"topic": args.topic, "brokers": addresses},
+                  "\n".join([f"deleted topic {args.topic} on {a}" for a in addresses]
+                            + [f"deleted the route of {args.topic} on the name server"]))
+
+
+def timestamp_ms(text: str) -> int:
+    if text == "now":
+        return time.time_ns() // 1_000_000
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a timestamp in ms or 'now', got {text!r}") from None
+
+
+@command("resetOffsetByTime", "move a group's offsets on a topic to the first message stored at or after a time",
+         GROUP, TOPIC, arg("-s", "--timestamp", required=True, type=timestamp_ms, help="ms since the epoch, or now"))
+async def reset_offset_by_time(args: argparse.Namespace, admin: AdminClient) -> Output:
+    rows = [{"broker_name": progress.broker_name, "queue_id": q.queue_id, "consumer_offset": q.consumer_offset}
+            for progress in await admin.reset_offset_by_time(args.group, args.topic, args.timestamp)
+            for q in progress.queues]
+    rows.sort(key=lambda r: (r["broker_name"], r["queue_id"]))
+    return Output({"group": args.group, "topic": args.topic, "timestamp_ms": args.timestamp, "queues": rows},
+                  table(["broker", "queue", "new offset"], [list(r.values()) for r in rows]))
+
+
+async def execute(args: argparse.Namespace) -> int:
+    try:
+        async with AdminClient(args.namesrv) as admin:
+            output = await args.handler(args, admin)
+    except ClientError as error:
+        print(f"quorumq admin {args.admin_command}: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(output.data, indent=2) if args.json else output.text)
+    return 0 if output.ok else 1
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("admin", help="administer a cluster (mqadmin-style commands)",
+                                 description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namesrv", required=True, metavar="ACCESS_POINT",
+                        help="the name server's host:port")
+    common.add_argument("--json", action="store_true", help="print JSON")
+    subcommands = parser.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    for name, (help_text, arguments, handler) in COMMANDS.items():
+        sub = subcommands.add_parser(name, help=help_text, description=help_text, parents=[common])
+        for flags, options in arguments:
+            sub.add_argument(*flags, **options)
+        sub.set_defaults(handler=handler)
+    parser.set_defaults(run=lambda args: asyncio.run(execute(args)))

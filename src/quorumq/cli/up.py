@@ -1,0 +1,291 @@
+"""`quorumq up`: a whole cluster on this machine in the foreground, for development, tests and demos.
+
+Ports are laid out from a base port P, all within P..P+99:
+  name server             P
+  broker group i          P+10+10*i (gRPC), P+11+10*i (HA)
+  replica r of group i    P+10+10*i+2*r, P+11+10*i+2*r (later issues)
+Every process gets a directory DIR/<name> holding its config, log and data, and DIR/cluster.json
+lists them once every broker has registered with the name server.
+"""
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quorumq import config
+from quorumq.client import AdminClient, ClientError
+from quorumq.config import Config, Kind
+from quorumq.errors import Error, QuorumqError
+
+HOST = "127.0.0.1"
+BASE_PORT_DEFAULT = 20000
+PORT_SPAN = 100
+BROKER_PORT_OFFSET = 10
+BROKER_PORT_STRIDE = 10
+BROKERS_MAX = (PORT_SPAN - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
+STOP_GRACE_S = 10.0
+REGISTER_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.2
+LOG_TAIL_BYTES = 2000
+# Keys `up` assigns to lay out the cluster; --cluster sets brokerClusterName.
+MANAGED_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "listenPort",
+                          "haListenPort", "storePathRootDir"})
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Planned:
+    """One process of the cluster, before and after it starts."""
+
+    kind: Kind
+    name: str  # its directory under DIR
+    port: int
+    values: dict[str, str]
+    directory: Path
+    data_dir: Path
+    broker_name: str = ""
+    broker_id: int = 0
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / f"{self.kind.value}.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"{self.kind.value}.log"
+
+    @property
+    def role(self) -> str:
+        return "slave" if self.values.get("brokerRole") == "SLAVE" else "master"
+
+    def describe(self) -> dict:
+        entry = {"kind": self.kind.value, "pid": self.process.pid if self.process else None,
+                 "address": self.address, "config": str(self.config_path), "log": str(self.log_path),
+                 "data_dir": str(self.data_dir)}
+        if self.kind is Kind.BROKER:
+            entry.update(broker_name=self.broker_name, broker_id=self.broker_id, role=self.role)
+        return entry
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def parse_broker_assignment(text: str) -> tuple[int, str, str]:
+    index, sep, assignment = text.partition(":")
+    if not sep or not index.isdigit():
+        raise argparse.ArgumentTypeError(f"expected INDEX:key=value, got {text!r}")
+    return (int(index), *parse_assignment(assignment))
+
+
+def kinds_knowing(key: str) -> frozenset[Kind]:
+    """The process kinds a --set key goes to; RocketMQ-only keys go to brokers, which warn about them."""
+    if key in MANAGED_KEYS:
+        raise QuorumqError(Error.CONFIG_INVALID, f"{key} is laid out by `quorumq up` and cannot be set")
+    if key in config.KEYS:
+        return config.KEYS[key].kinds
+    if key in config.ROCKETMQ_KEYS_UNUSED:
+        return frozenset({Kind.BROKER})
+    raise QuorumqError(Error.CONFIG_INVALID, f"unknown config key {key!r}")
+
+
+def plan(directory: Path, base_port: int, brokers: int, cluster: str,
+         sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]]) -> list[Planned]:
+    """The name server and the brokers with their config values; raises QuorumqError on bad input."""
+    if not 1 <= brokers <= BROKERS_MAX:
+        raise QuorumqError(Error.CONFIG_INVALID, f"--brokers must lie in 1..{BROKERS_MAX}")
+    if not 1024 <= base_port <= 65535 - PORT_SPAN:
+        raise QuorumqError(Error.CONFIG_INVALID, f"--base-port must lie in 1024..{65535 - PORT_SPAN}")
+    namesrv_dir = directory / "namesrv"
+    namesrv = Planned(Kind.NAMESRV, "namesrv", base_port, {"listenPort": str(base_port)}, namesrv_dir, namesrv_dir)
+    planned = [namesrv]
+    for index in range(brokers):
+        broker_name = f"broker-{chr(ord('a') + index)}"
+        port = base_port + BROKER_PORT_OFFSET + BROKER_PORT_STRIDE * index
+        broker_dir = directory / f"{broker_name}-0"
+        store_dir = broker_dir / "store"
+        values = {"brokerClusterName": cluster, "brokerName": broker_name, "brokerId": "0",
+                  "namesrvAddr": namesrv.address, "listenPort": str(port), "haListenPort": str(port + 1),
+                  "storePathRootDir": str(store_dir)}
+        planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
+                               broker_name=broker_name))
+    for key, value in sets:
+        kinds = kinds_knowing(key)
+        for process in planned:
+            if process.kind in kinds:
+                process.values[key] = value
+    broker_processes = [p for p in planned if p.kind is Kind.BROKER]
+    for index, key, value in broker_sets:
+        if Kind.BROKER not in kinds_knowing(key):
+            raise QuorumqError(Error.CONFIG_INVALID, f"--broker-set {index}: {key} is not a broker key")
+        if index >= len(broker_processes):
+            raise QuorumqError(Error.CONFIG_INVALID,
+                               f"--broker-set {index}: there are {len(broker_processes)} brokers, from 0")
+        broker_processes[index].values[key] = value
+    for process in planned:  # a bad value fails here, before anything starts
+        Config(process.kind, process.values, source=f"{process.name} settings")
+    return planned
+
+
+def _die_with_parent() -> None:
+    """Runs in each child before exec: if `up` is killed outright, its children get SIGTERM."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start(process: Planned) -> None:
+    process.directory.mkdir(parents=True, exist_ok=True)
+    config.write_properties(process.config_path, process.values)
+    with open(process.log_path, "ab") as log:
+        process.process = subprocess.Popen(
+            [sys.executable, "-m", "quorumq.cli.main", process.kind.value, "-c", str(process.config_path)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # Its own session keeps a terminal's Ctrl-C away, so `up` stops brokers before the name server.
+            start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def stop(processes: list[Planned], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the brokers, then the name server; SIGKILL whatever outlives its grace period."""
+    for wave in ([p for p in processes if p.kind is not Kind.NAMESRV],
+                 [p for p in processes if p.kind is Kind.NAMESRV]):
+        deadline = time.monotonic() + grace_s
+        running = [p.process for p in wave if p.process and p.process.poll() is None]
+        for child in running:
+            child.send_signal(signal.SIGTERM)
+        for child in running:
+            try:
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+def exited(processes: list[Planned]) -> list[Planned]:
+    return [p for p in processes if p.process and p.process.poll() is not None]
+
+
+def log_tail(process: Planned) -> str:
+    with open(process.log_path, "rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+        return log.read().decode(errors="replace")
+
+
+async def wait_registered(processes: list[Planned], cluster: str, stopping: asyncio.Event,
+                          timeout_s: float) -> str | None:
+    """Wait until the name server lists every broker (or `up` is told to stop); why not, or None."""
+    namesrv = processes[0]
+    expected = {(p.broker_name, p.broker_id) for p in processes if p.kind is Kind.BROKER}
+    deadline = time.monotonic() + timeout_s
+    async with AdminClient(namesrv.address, timeout_s=1.0) as admin:
+        while not stopping.is_set():
+            dead = exited(processes)
+            if dead:
+                return "\n".join(f"{p.name} exited with code {p.process.returncode}; the end of {p.log_path}:\n"
+                                 f"{log_tail(p)}" for p in dead)
+            try:
+                info = await admin.cluster_info()
+                registered = {(b.broker_name, b.broker_id) for b in info.brokers if b.cluster == cluster}
+                if expected <= registered:
+                    return None
+            except ClientError:
+                pass  # the name server is still starting
+            if time.monotonic() > deadline:
+                return f"not every broker registered within {timeout_s:.0f} s"
+            await asyncio.sleep(POLL_INTERVAL_S)
+    return None
+
+
+def write_cluster_file(path: Path, cluster: str, processes: list[Planned]) -> None:
+    document = {"cluster": cluster, "access_point": processes[0].address,
+                "processes": [p.describe() for p in processes]}
+    partial = path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps(document, indent=2) + "\n")
+    partial.replace(path)  # readers never see half a file
+
+
+def summary(cluster: str, directory: Path, processes: list[Planned]) -> str:
+    lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
+    for p in processes:
+        label = p.name if p.kind is Kind.NAMESRV else f"{p.broker_name} ({p.role})"
+        lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8} log {p.log_path}")
+    lines.append(f"  {directory / 'cluster.json'}\nCtrl-C stops the cluster.")
+    return "\n".join(lines)
+
+
+async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int:
+    cluster_file = args.dir / "cluster.json"
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    cluster_file.unlink(missing_ok=True)  # a stale file would announce a cluster that is not up
+    try:
+        for process in processes:
+            start(process)
+        problem = await wait_registered(processes, args.cluster, stopping, args.timeout)
+        if stopping.is_set():
+            return 0
+        if problem:
+            print(f"quorumq up: {problem}", file=sys.stderr, flush=True)
+            return 1
+        write_cluster_file(cluster_file, args.cluster, processes)
+        print(summary(args.cluster, args.dir, processes), flush=True)
+        reported: set[str] = set()
+        while not stopping.is_set():  # a process that dies is reported, never restarted
+            for process in exited(processes):
+                if process.name not in reported:
+                    reported.add(process.name)
+                    print(f"quorumq up: {process.name} (pid {process.process.pid}) exited with code "
+                          f"{process.process.returncode}", file=sys.stderr, flush=True)
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=0.5)
+            except TimeoutError:
+                pass
+        return 0
+    finally:
+        stop(processes)
+        cluster_file.unlink(missing_ok=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    args.dir = args.dir.resolve()
+    try:
+        processes = plan(args.dir, args.base_port, args.brokers, args.cluster, args.set, args.broker_set)
+    except QuorumqError as error:
+        print(f"quorumq up: {error}", file=sys.stderr)
+        return 2
+    return asyncio.run(run_cluster(args, processes))
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("up", help="start a name server and brokers on this machine in the foreground",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", required=True, type=Path, help="where configs, logs, data and cluster.json go")
+    parser.add_argument("--cluster", default="DefaultCluster", help="brokerClusterName (default %(default)s)")
+    parser.add_argument("--base-port", type=int, default=BASE_PORT_DEFAULT,
+                        help="first of the 100 ports the cluster uses (default %(default)s)")
+    parser.add_argument("--brokers", type=int, default=1, help=f"master brokers, 1..{BROKERS_MAX} (default 1)")
+    parser.add_argument("--set", action="append", default=[], type=parse_assignment, metavar="KEY=VALUE",
+                        help="a config key for every process whose kind knows it (repeatable)")
+    parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,
+                        metavar="INDEX:KEY=VALUE",
+                        help="a config key for one broker, counted from 0 in cluster.json order (repeatable)")
+    parser.add_argument("--timeout", type=float, default=REGISTER_TIMEOUT_S,
+                        help="seconds to wait for every broker to register (default %(default)s)")
+    parser.set_defaults(run=run)

@@ -1,0 +1,116 @@
+"""The admin client: quorumq's cluster protocol on the name server and on each broker.
+
+The name server answers NameServer; every broker answers BrokerAdmin on its v5 address. Operations
+that span a cluster (delete a topic, change a config everywhere) ask the name server which brokers
+exist and then call each of them.
+"""
+
+import asyncio
+from typing import Any
+
+from quorumq.client.errors import ClientError
+from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, call
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+
+SLAVE = "SLAVE"
+
+
+class AdminClient:
+    """Use `async with AdminClient("127.0.0.1:20000") as admin`."""
+
+    def __init__(self, namesrv_address: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._channels = Channels()
+        self._namesrv_address = namesrv_address
+        self._timeout_s = timeout_s
+
+    async def __aenter__(self) -> "AdminClient":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channels.close()
+
+    # Name server.
+
+    async def route(self, topic: str) -> pb.TopicRoute:
+        return await self._call(self._namesrv().GetRoute, pb.TopicRequest(topic=topic))
+
+    async def cluster_info(self) -> pb.ClusterInfo:
+        return await self._call(self._namesrv().GetClusterInfo, pb.Empty())
+
+    async def topic_list(self) -> list[str]:
+        return sorted((await self._call(self._namesrv().GetTopicList, pb.Empty())).topics)
+
+    async def member_group(self, cluster: str, broker_name: str) -> pb.MemberGroup:
+        request = pb.MemberGroupRequest(cluster=cluster, broker_name=broker_name)
+        return await self._call(self._namesrv().GetBrokerMemberGroup, request)
+
+    async def brokers(self, cluster: str | None = None, masters_only: bool = False) -> list[pb.BrokerInfo]:
+        """The registered brokers (of one cluster if named), by cluster, name and id."""
+        brokers = [broker for broker in (await self.cluster_info()).brokers
+                   if cluster in (None, broker.cluster) and not (masters_only and broker.role == SLAVE)]
+        if cluster is not None and not brokers:
+            raise ClientError("BROKER_NOT_FOUND", f"no broker of cluster {cluster} is registered")
+        return sorted(brokers, key=lambda b: (b.cluster, b.broker_name, b.broker_id))
+
+    # One broker.
+
+    async def update_topic(self, address: str, topic: str, read_queue_nums: int = 8,
+                           write_queue_nums: int = 8, perm: int = 6) -> None:
+        config = pb.TopicConfig(name=topic, read_queue_nums=read_queue_nums,
+                                write_queue_nums=write_queue_nums, perm=perm)
+        await self._call(self._broker(address).UpdateTopic, config)
+
+    async def broker_config(self, address: str) -> dict[str, str]:
+        return dict((await self._call(self._broker(address).GetBrokerConfig, pb.Empty())).entries)
+
+    async def broker_status(self, address: str) -> dict[str, str]:
+        return dict((await self._call(self._broker(address).GetBrokerStatus, pb.Empty())).entries)
+
+    # Across brokers.
+
+    async def update_broker_config(self, key: str, value: str, address: str | None = None,
+                                   cluster: str | None = None) -> list[str]:
+        """Change a key on one broker, or on every broker (of the cluster); the addresses changed."""
+        addresses = [address] if address else [b.address for b in await self.brokers(cluster)]
+        update = pb.ConfigUpdate(key=key, value=value)
+        await asyncio.gather(*(self._call(self._broker(a).UpdateBrokerConfig, update) for a in addresses))
+        return addresses
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
+        """Delete a topic on every master (of the cluster), then its route; the brokers' addresses."""
+        addresses = [b.address for b in await self.brokers(cluster, masters_only=True)]
+        request = pb.TopicRequest(topic=topic)
+        await asyncio.gather(*(self._call(self._broker(a).DeleteTopic, request) for a in addresses))
+        await self._call(self._namesrv().DeleteTopic, request)
+        return addresses
+
+    async def consumer_progress(self, group: str, topic: str = "",
+                                cluster: str | None = None) -> list[pb.ConsumerProgress]:
+        """Per broker: each queue's min, max and the group's offsets (of one topic, or of all)."""
+        request = pb.GroupRequest(group=group, topic=topic)
+        return await self._on_masters(cluster, "GetConsumerProgress", request)
+
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
+                                   cluster: str | None = None) -> list[pb.ConsumerProgress]:
+        """Move the group's offsets to the first message stored at or after the timestamp."""
+        request = pb.ResetOffsetRequest(group=group, topic=topic, timestamp_ms=timestamp_ms)
+        return await self._on_masters(cluster, "ResetOffsetByTime", request)
+
+    async def _on_masters(self, cluster: str | None, method: str, request: Any) -> list[Any]:
+        addresses = [b.address for b in await self.brokers(cluster, masters_only=True)]
+        return list(await asyncio.gather(
+            *(self._call(getattr(self._broker(a), method), request) for a in addresses)))
+
+    # Stubs are made on use: a channel belongs to the event loop that is running when it is made.
+    def _namesrv(self) -> pb_grpc.NameServerStub:
+        return pb_grpc.NameServerStub(self._channels.channel(self._namesrv_address))
+
+    def _broker(self, address: str) -> pb_grpc.BrokerAdminStub:
+        return pb_grpc.BrokerAdminStub(self._channels.channel(address))
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        return await call(method, request, self._timeout_s, self._channels.metadata)

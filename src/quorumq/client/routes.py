@@ -1,0 +1,168 @@
+"""Channels to brokers and the topic routes learnt from the access point (v5 QueryRoute)."""
+
+import asyncio
+import itertools
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as rpc
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
+
+from quorumq import limits
+from quorumq.client.errors import ClientError, check
+
+# A route is asked again after this long even without failures, as the official client does.
+ROUTE_TTL_S = 30.0
+REQUEST_TIMEOUT_S = 10.0
+
+_READABLE = frozenset({v5.Permission.READ, v5.Permission.READ_WRITE})
+_WRITABLE = frozenset({v5.Permission.WRITE, v5.Permission.READ_WRITE})
+
+_CHANNEL_OPTIONS = [
+    # A pull answer holds up to PULL_BYTES_MAX; one message may be as large as the config ceiling.
+    ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
+    ("grpc.max_send_message_length", -1),
+    ("grpc.enable_retries", 0),
+]
+
+_client_index = itertools.count()
+
+
+def local_host() -> str:
+    """This machine's address as RocketMQ reports it in born_host; loopback when unknown."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteQueue:
+    """One message queue of a topic on one broker, as the route names it."""
+
+    topic: str
+    queue_id: int
+    broker_name: str
+    address: str  # host:port of the broker's v5 endpoint
+    permission: int  # a v5 Permission
+
+    @property
+    def readable(self) -> bool:
+        return self.permission in _READABLE
+
+    @property
+    def writable(self) -> bool:
+        return self.permission in _WRITABLE
+
+    def to_proto(self) -> v5.MessageQueue:
+        return v5.MessageQueue(topic=v5.Resource(name=self.topic), id=self.queue_id,
+                               broker=v5.Broker(name=self.broker_name))
+
+
+class Channels:
+    """One gRPC channel per address, shared by every request of a client."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._messaging: dict[str, rpc_grpc.MessagingServiceStub] = {}
+        client_id = f"{socket.gethostname()}@{os.getpid()}@quorumq-{next(_client_index)}@{time.time_ns():x}"
+        self.metadata = (("x-mq-client-id", client_id),)
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    def messaging(self, address: str) -> rpc_grpc.MessagingServiceStub:
+        stub = self._messaging.get(address)
+        if stub is None:
+            stub = rpc_grpc.MessagingServiceStub(self.channel(address))
+            self._messaging[address] = stub
+        return stub
+
+    async def close(self) -> None:
+        channels, self._channels, self._messaging = self._channels, {}, {}
+        for channel in channels.values():
+            await channel.close()
+
+
+async def call(method: Callable[..., Awaitable[Any]], request: Any, timeout: float,
+               metadata: tuple = ()) -> Any:
+    """One unary call; a gRPC failure becomes a ClientError."""
+    try:
+        return await method(request, timeout=timeout, metadata=metadata)
+    except grpc.RpcError as error:
+        raise ClientError.from_rpc(error) from None
+
+
+class Routes:
+    """Topic routes from the access point, cached for ROUTE_TTL_S or until `forget`.
+
+    The access point may list several name servers as "h1:p1;h2:p2"; they are asked in turn.
+    """
+
+    def __init__(self, access_point: str, channels: Channels, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._access_points = [a.strip() for a in access_point.split(";") if a.strip()]
+        if not self._access_points:
+            raise ValueError("an access point is host:port")
+        self._channels = channels
+        self._timeout_s = timeout_s
+        self._cache: dict[str, tuple[float, list[RouteQueue]]] = {}
+        self._lock = asyncio.Lock()
+
+    async def queues(self, topic: str) -> list[RouteQueue]:
+        cached = self._cache.get(topic)
+        if cached and time.monotonic() - cached[0] < ROUTE_TTL_S:
+            return cached[1]
+        async with self._lock:  # one QueryRoute per topic, however many callers wait for it
+            cached = self._cache.get(topic)
+            if cached and time.monotonic() - cached[0] < ROUTE_TTL_S:
+                return cached[1]
+            queues = await self._query(topic)
+            self._cache[topic] = (time.monotonic(), queues)
+            return queues
+
+    def forget(self, topic: str) -> None:
+        self._cache.pop(topic, None)
+
+    async def find(self, topic: str, queue_id: int, broker_name: str | None = None) -> RouteQueue:
+        """The queue with this id, on the named broker or else on the first broker (by name) that has it."""
+        for queue in await self.queues(topic):
+            if queue.queue_id == queue_id and broker_name in (None, queue.broker_name):
+                return queue
+        where = f" on {broker_name}" if broker_name else ""
+        raise ClientError("BAD_REQUEST", f"topic {topic} has no queue {queue_id}{where}")
+
+    async def _query(self, topic: str) -> list[RouteQueue]:
+        last_error: ClientError | None = None
+        for access_point in self._access_points:
+            host, port = access_point.rsplit(":", 1)
+            request = rpc.QueryRouteRequest(
+                topic=v5.Resource(name=topic),
+                endpoints=v5.Endpoints(scheme=v5.AddressScheme.IPv4,
+                                       addresses=[v5.Address(host=host, port=int(port))]))
+            try:
+                response = await call(self._channels.messaging(access_point).QueryRoute, request,
+                                      self._timeout_s, self._channels.metadata)
+            except ClientError as error:
+                if not error.unreachable:
+                    raise
+                last_error = error
+                continue
+            check(response.status)
+            return sorted((_route_queue(queue) for queue in response.message_queues),
+                          key=lambda q: (q.broker_name, q.queue_id))
+        raise last_error
+
+
+def _route_queue(queue: v5.MessageQueue) -> RouteQueue:
+    address = queue.broker.endpoints.addresses[0]
+    return RouteQueue(topic=queue.topic.name, queue_id=queue.id, broker_name=queue.broker.name,
+                      address=f"{address.host}:{address.port}", permission=queue.permission)

@@ -1,0 +1,39 @@
+"""Fixtures shared by every suite; the helpers behind them live in harness.py."""
+
+import pytest
+
+from harness import LocalCluster
+
+
+@pytest.fixture
+def start_cluster(tmp_path):
+    """A function that starts `quorumq up` with LocalCluster's options and returns its cluster.json.
+
+    Every cluster started through it is stopped at teardown, whether the test passed or not.
+    """
+    started: list[LocalCluster] = []
+
+    def start(**options) -> dict:
+        cluster = LocalCluster(tmp_path / f"cluster-{len(started)}", **options)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in started:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster(start_cluster) -> dict:
+    """A fresh one-broker cluster for this test: the parsed DIR/cluster.json."""
+    return start_cluster()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory) -> dict:
+    """One one-broker cluster for a whole test module, for tests that do not stop or reconfigure it."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("shared-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

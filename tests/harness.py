@@ -1,0 +1,200 @@
+"""Test helpers shared by every suite: a real cluster from `quorumq up`, its processes, the CLI, polling.
+
+A cluster is the parsed DIR/cluster.json of a `quorumq up` run in a subprocess on a free range of
+100 ports. Teardown stops `up` by its pid and SIGKILLs any process of the cluster still alive, so a
+failing test leaves nothing running.
+"""
+
+import asyncio
+import inspect
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from quorumq.client import AdminClient, Blocking
+
+PORT_SPAN = 100
+# Below Linux's ephemeral range (32768+), so no outgoing connection holds one of our ports.
+PORT_RANGE = (21000, 32000)
+CLUSTER_START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+CLI_TIMEOUT_S = 60.0
+
+
+def check_for(timeout: float, interval: float, fn: Callable[[], Any], what: str = "") -> Any:
+    """Call fn until it returns something truthy and return that; an exception counts as not yet.
+
+    Raises AssertionError with the last value or exception after `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result, error = fn(), None
+        except Exception as exc:  # noqa: BLE001 - the condition may fail while the system settles
+            result, error = None, exc
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what or getattr(fn, '__name__', fn)} not true within {timeout} s; "
+                                 f"last: {error or result!r}") from error
+        time.sleep(interval)
+
+
+async def async_check_for(timeout: float, interval: float, fn: Callable[[], Any], what: str = "") -> Any:
+    """check_for for async tests: fn may be a coroutine function, and the wait does not block the loop."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result, error = fn(), None
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # noqa: BLE001
+            result, error = None, exc
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what or getattr(fn, '__name__', fn)} not true within {timeout} s; "
+                                 f"last: {error or result!r}") from error
+        await asyncio.sleep(interval)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base_port(span: int = PORT_SPAN) -> int:
+    """A base port P with P..P+span-1 all free on 127.0.0.1 right now."""
+    for _ in range(200):
+        base = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - span, 10)
+        if all(_port_free(base + offset) for offset in range(span)):
+            return base
+    raise RuntimeError(f"no {span} consecutive free ports in {PORT_RANGE}")
+
+
+def cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run `quorumq ARGS` with this interpreter; never raises on a non-zero exit."""
+    return subprocess.run([sys.executable, "-m", "quorumq.cli.main", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a quorumq process with this pid runs (a zombie or a reused pid does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X") and b"quorumq" in cmdline
+
+
+def stop_process(process: dict, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> None:
+    """Signal one cluster process by pid and wait until it is gone (SIGKILL after `timeout`)."""
+    pid = process["pid"]
+    if not pid_alive(pid):
+        return
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.05)
+
+
+def start_process(process: dict) -> None:
+    """Start a stopped cluster process again from its config, as an operator would by hand.
+
+    It logs to the same file; `process["pid"]` is updated so teardown finds it.
+    """
+    kind = process["kind"]
+    with open(process["log"], "ab") as log:
+        child = subprocess.Popen([sys.executable, "-m", "quorumq.cli.main", kind, "-c", process["config"]],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    process["pid"] = child.pid
+
+
+def restart_process(cluster: dict, process: dict, sig: int = signal.SIGTERM) -> None:
+    """Stop one process of `cluster` with `sig` and start it again."""
+    assert process in cluster["processes"]
+    stop_process(process, sig)
+    start_process(process)
+
+
+def wait_registered(cluster: dict, timeout: float = CLUSTER_START_TIMEOUT_S) -> None:
+    """Wait until the name server lists every running broker of the cluster and each of them answers."""
+    brokers = [p for p in cluster["processes"] if p["kind"] == "broker" and pid_alive(p["pid"])]
+    with Blocking(AdminClient, cluster["access_point"], timeout_s=2.0) as admin:
+        def all_serving() -> bool:
+            registered = {(b.broker_name, b.broker_id) for b in admin.cluster_info().brokers}
+            if not {(p["broker_name"], p["broker_id"]) for p in brokers} <= registered:
+                return False
+            for broker in brokers:
+                admin.broker_status(broker["address"])
+            return True
+
+        check_for(timeout, 0.2, all_serving, "every broker registered and serving")
+
+
+class LocalCluster:
+    """`quorumq up` in a subprocess; `start()` returns the parsed cluster.json."""
+
+    def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
+                 sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
+                 base_port: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.base_port = base_port or free_base_port()
+        self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers)]
+        if cluster:
+            self.args += ["--cluster", cluster]
+        for key, value in (sets or {}).items():
+            self.args += ["--set", f"{key}={value}"]
+        for assignment in broker_sets:
+            self.args += ["--broker-set", assignment]
+        self.up: subprocess.Popen | None = None
+        self.info: dict | None = None
+
+    @property
+    def up_log(self) -> Path:
+        return self.directory / "up.log"
+
+    def start(self, timeout: float = CLUSTER_START_TIMEOUT_S) -> dict:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.up_log, "ab") as log:
+            self.up = subprocess.Popen([sys.executable, "-m", "quorumq.cli.main", "up", *self.args],
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        cluster_file = self.directory / "cluster.json"
+        deadline = time.monotonic() + timeout
+        while not cluster_file.exists():
+            if self.up.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"quorumq up {' '.join(self.args)} did not come up:\n"
+                                   f"{self.up_log.read_text(errors='replace')}")
+            time.sleep(0.05)
+        self.info = json.loads(cluster_file.read_text())
+        return self.info
+
+    def stop(self) -> None:
+        """Stop `up` (which stops its children), then SIGKILL any process of the cluster still alive."""
+        if self.up and self.up.poll() is None:
+            self.up.send_signal(signal.SIGTERM)
+            try:
+                self.up.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.up.kill()
+                self.up.wait()
+        for process in (self.info or {}).get("processes", []):
+            if pid_alive(process["pid"]):
+                os.kill(process["pid"], signal.SIGKILL)

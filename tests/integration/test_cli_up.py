@@ -1,0 +1,86 @@
+"""`quorumq up`, `quorumq namesrv` and `quorumq broker` as an operator runs them."""
+
+import signal
+
+from harness import LocalCluster, check_for, cli, pid_alive, stop_process
+from quorumq.client import AdminClient, Blocking
+from quorumq.config import read_properties
+
+
+def test_up_refuses_an_unknown_key_naming_it(tmp_path):
+    result = cli("up", "--dir", tmp_path, "--set", "noSuchKey=1")
+    assert result.returncode == 2
+    assert "unknown config key 'noSuchKey'" in result.stderr
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_up_refuses_keys_it_lays_out_and_bad_values(tmp_path):
+    laid_out = cli("up", "--dir", tmp_path, "--set", "listenPort=1")
+    assert laid_out.returncode == 2 and "listenPort" in laid_out.stderr
+    bad_value = cli("up", "--dir", tmp_path, "--set", "flushDiskType=SOMETIMES")
+    assert bad_value.returncode == 2 and "flushDiskType" in bad_value.stderr
+
+
+def test_servers_refuse_an_unknown_config_key(tmp_path):
+    for kind in ("namesrv", "broker"):
+        config = tmp_path / f"{kind}.conf"
+        config.write_text("listenPort=1\nbogusKey=true\n")
+        result = cli(kind, "-c", config)
+        assert result.returncode == 2, result
+        assert "unknown config key 'bogusKey'" in result.stderr
+
+
+def test_up_lays_out_ports_configs_and_cluster_file(start_cluster):
+    cluster = start_cluster(brokers=2, cluster="TestCluster",
+                            sets={"flushDiskType": "SYNC_FLUSH", "brokerNotActiveTimeoutMillis": "30000"},
+                            broker_sets=["1:brokerPermission=4"])
+    base = int(cluster["access_point"].rsplit(":", 1)[1])
+    assert cluster["cluster"] == "TestCluster" and cluster["access_point"] == f"127.0.0.1:{base}"
+    namesrv, broker_a, broker_b = cluster["processes"]
+    assert [p["kind"] for p in cluster["processes"]] == ["namesrv", "broker", "broker"]
+    assert [p["address"] for p in cluster["processes"]] == [f"127.0.0.1:{base + offset}" for offset in (0, 10, 20)]
+    assert [(p["broker_name"], p["broker_id"], p["role"]) for p in (broker_a, broker_b)] == [
+        ("broker-a", 0, "master"), ("broker-b", 0, "master")]
+    assert all(pid_alive(p["pid"]) for p in cluster["processes"])
+    assert len({p["data_dir"] for p in cluster["processes"]}) == 3
+
+    namesrv_config, a_config, b_config = (read_properties(open(p["config"]).read()) for p in cluster["processes"])
+    assert namesrv_config == {"listenPort": str(base), "brokerNotActiveTimeoutMillis": "30000"}
+    assert a_config["haListenPort"] == str(base + 11) and b_config["haListenPort"] == str(base + 21)
+    ports = [int(c[key]) for c in (namesrv_config, a_config, b_config) for key in ("listenPort", "haListenPort")
+             if key in c]
+    assert all(base <= port < base + 100 for port in ports)
+    assert a_config["flushDiskType"] == b_config["flushDiskType"] == "SYNC_FLUSH"
+    assert a_config["brokerClusterName"] == "TestCluster" and a_config["namesrvAddr"] == namesrv["address"]
+    assert "brokerPermission" not in a_config and b_config["brokerPermission"] == "4"
+    assert a_config["storePathRootDir"] == broker_a["data_dir"]
+
+    with Blocking(AdminClient, cluster["access_point"]) as admin:
+        registered = {(b.cluster, b.broker_name, b.address) for b in admin.cluster_info().brokers}
+    assert registered == {("TestCluster", "broker-a", broker_a["address"]),
+                          ("TestCluster", "broker-b", broker_b["address"])}
+
+
+def test_up_stops_every_process_on_sigterm(tmp_path):
+    cluster = LocalCluster(tmp_path)
+    try:
+        info = cluster.start()
+        cluster.up.send_signal(signal.SIGTERM)
+        assert cluster.up.wait(timeout=30) == 0
+        assert not any(pid_alive(p["pid"]) for p in info["processes"])
+        assert not (tmp_path / "cluster.json").exists()
+    finally:
+        cluster.stop()
+
+
+def test_up_reports_a_dead_broker_and_does_not_restart_it(tmp_path):
+    cluster = LocalCluster(tmp_path)
+    try:
+        info = cluster.start()
+        broker = info["processes"][1]
+        stop_process(broker, signal.SIGKILL)
+        check_for(10, 0.1, lambda: "exited" in cluster.up_log.read_text(), "up reports the dead broker")
+        assert cluster.up.poll() is None, "up keeps running"
+        assert not pid_alive(broker["pid"])
+    finally:
+        cluster.stop()
