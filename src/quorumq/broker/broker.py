@@ -17,7 +17,7 @@ from quorumq.config import Config
 from quorumq.core.put_status import PutStatus
 from quorumq.core.retention import parse_delete_when, retention_action
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import AppendResult, GetResult, MessageIn, MessageStore, TopicConfig, TopicConfigs
+from quorumq.store import AppendResult, GetResult, GetStatus, MessageIn, MessageStore, TopicConfig, TopicConfigs
 from quorumq.store.flush import Flusher
 
 log = logging.getLogger("quorumq.broker")
@@ -119,8 +119,25 @@ class Broker:
         if queue_id not in self.readable_queue_ids(topic):
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
 
-    def read(self, topic: str, queue_id: int, offset: int, max_count: int, tags: frozenset[str] | None) -> GetResult:
-        return read_messages(self.store, topic, queue_id, offset, max_count, tags)
+    async def pull(self, topic: str, queue_id: int, offset: int, max_count: int, tags: frozenset[str] | None,
+                   budget_s: float, raw: bool = False) -> GetResult:
+        """Read a queue from `offset` (from its min if below it), waiting up to `budget_s` for news."""
+        self.check_queue(topic, queue_id)
+        deadline = self.clock.monotonic() + budget_s
+        offset = max(offset, 0)
+        while True:
+            result = read_messages(self.store, topic, queue_id, offset, max_count, tags, raw)
+            if result.status is GetStatus.OFFSET_TOO_SMALL:
+                offset = result.min_offset
+                continue
+            left = deadline - self.clock.monotonic()
+            if result.messages or result.status is GetStatus.OFFSET_OVERFLOW_BADLY or left <= 0:
+                self.stats["msgGetTotal"] += len(result.messages)
+                return result
+            if result.next_offset > offset:  # only filtered-out messages so far: move on, keep waiting
+                offset = result.next_offset
+                continue
+            await self.arrivals.wait(topic, left)
 
     # The send path.
 

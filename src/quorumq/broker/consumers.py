@@ -30,9 +30,12 @@ class Delivery:
 
 
 def read_messages(store: MessageStore, topic: str, queue_id: int, offset: int, max_count: int,
-                  tags: frozenset[str] | None) -> GetResult:
-    """An offset-addressed read; the consume queue filters by tag hash, this by the tag itself."""
+                  tags: frozenset[str] | None, raw: bool = False) -> GetResult:
+    """An offset-addressed read; the consume queue filters by tag hash, this by the tag itself.
+    Raw records are not decoded here, so their reader re-checks the tag (a hash may collide)."""
     hashes = None if tags is None else frozenset(tag_hash(tag) for tag in tags)
+    if raw:
+        return store.get_records(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes)
     result = store.get_messages(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes)
     if tags is not None:
         result.messages = [message for message in result.messages if message.properties.get(properties.TAGS) in tags]

@@ -16,6 +16,7 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.endpoint.messaging import MessagingService
+from quorumq.endpoint.reader import MessageReaderService
 
 log = logging.getLogger("quorumq.broker")
 
@@ -104,6 +105,7 @@ async def serve(config: Config) -> None:
     ])
     v5_grpc.add_MessagingServiceServicer_to_server(MessagingService(broker, namesrv.route), server)
     pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker), server)
+    pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
     address = f"{config['bindAddress']}:{config['listenPort']}"
     server.add_insecure_port(address)
     await server.start()

@@ -10,18 +10,16 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as rpc
 
 from quorumq import limits
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core import properties as message_properties
+from quorumq.store import codec
 from quorumq.client.errors import ClientError, check
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call
 
 # Pull statuses, by RocketMQ's PullStatus names.
-FOUND = "FOUND"
-NO_NEW_MSG = "NO_NEW_MSG"
-OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
-_PULL_STATUS = {
-    v5.Code.OK: FOUND,
-    v5.Code.MESSAGE_NOT_FOUND: NO_NEW_MSG,
-    v5.Code.ILLEGAL_OFFSET: OFFSET_ILLEGAL,
-}
+FOUND = pb.PullStatus.Name(pb.FOUND)
+NO_NEW_MSG = pb.PullStatus.Name(pb.NO_NEW_MSG)
+OFFSET_ILLEGAL = pb.PullStatus.Name(pb.OFFSET_ILLEGAL)
 
 T = TypeVar("T")
 
@@ -50,15 +48,33 @@ class PullResult:
     next_offset: int
 
 
-def _received(message: v5.Message, broker_name: str) -> ReceivedMessage:
-    properties = message.system_properties
-    return ReceivedMessage(
-        topic=message.topic.name, queue_id=properties.queue_id, queue_offset=properties.queue_offset,
-        message_id=properties.message_id, body=message.body, tag=properties.tag,
-        keys=tuple(properties.keys), properties=dict(message.user_properties),
-        born_timestamp_ms=properties.born_timestamp.ToMilliseconds(),
-        store_timestamp_ms=properties.store_timestamp.ToMilliseconds(),
-        born_host=properties.born_host, store_host=properties.store_host, broker_name=broker_name)
+def _tags(expression: str) -> frozenset[str] | None:
+    """The tags a TAG expression selects (None: all); the broker filters by hash, this by name."""
+    tags = frozenset(part.strip() for part in expression.split("||") if part.strip())
+    return None if not tags or "*" in tags else tags
+
+
+def _decode_records(records: bytes, broker_name: str) -> list[ReceivedMessage]:
+    """Whole commit-log records back to back, each checked against its CRC before it is decoded."""
+    view = memoryview(records)
+    messages = []
+    position = 0
+    while position < len(view):
+        frame, size = codec.check_detached(view, position)
+        if frame is not codec.Frame.MESSAGE:
+            raise ClientError("MESSAGE_CORRUPTED", f"a pulled record fails its check ({frame.name})")
+        stored = codec.decode_message(view, position)
+        properties = stored.properties
+        messages.append(ReceivedMessage(
+            topic=stored.topic, queue_id=stored.queue_id, queue_offset=stored.queue_offset,
+            message_id=properties.get(message_properties.MESSAGE_ID, ""), body=stored.body,
+            tag=properties.get(message_properties.TAGS, ""),
+            keys=tuple(properties[message_properties.KEYS].split(" ")) if message_properties.KEYS in properties else (),
+            properties={key: value for key, value in properties.items() if key not in message_properties.RESERVED},
+            born_timestamp_ms=stored.born_timestamp_ms, store_timestamp_ms=stored.store_timestamp_ms,
+            born_host=stored.born_host, store_host=stored.store_host, broker_name=broker_name))
+        position += size
+    return messages
 
 
 class PullConsumer:
@@ -93,16 +109,19 @@ class PullConsumer:
         """Messages from `offset` on (from the queue's min offset if it lies below it).
 
         With long_poll_s the broker holds the request until a message arrives or the time is up.
+        Many messages come back in one answer, as whole records whose CRC is checked here.
         """
-        request = rpc.PullMessageRequest(
-            group=self._group, offset=offset, batch_size=min(max_count, limits.PULL_BATCH_MAX),
-            filter_expression=v5.FilterExpression(type=v5.FilterType.TAG, expression=tag_expression))
-        if long_poll_s:
-            request.long_polling_timeout.CopyFrom(_duration(long_poll_s))
+        request = pb.PullBatchRequest(group=self._group.name, topic=topic, queue_id=queue_id, offset=offset,
+                                      max_count=min(max_count, limits.PULL_BATCH_MAX),
+                                      tag_expression=tag_expression, long_poll_ms=int(long_poll_s * 1000))
+        tags = _tags(tag_expression)
 
         async def pull_from(queue: RouteQueue) -> PullResult:
-            request.message_queue.CopyFrom(queue.to_proto())
-            return await self._read_pull(queue, request, long_poll_s + self._timeout_s)
+            stub = self._channels.reader(queue.address)
+            response = await call(stub.PullBatch, request, long_poll_s + self._timeout_s, self._channels.metadata)
+            messages = [message for message in _decode_records(response.records, queue.broker_name)
+                        if tags is None or message.tag in tags]
+            return PullResult(pb.PullStatus.Name(response.status), messages, response.next_offset)
 
         return await self._on_queue(topic, queue_id, broker_name, pull_from)
 
@@ -163,30 +182,6 @@ class PullConsumer:
         response = await call(getattr(stub, method), request, self._timeout_s, self._channels.metadata)
         check(response.status, *accepted)
         return response
-
-    async def _read_pull(self, queue: RouteQueue, request: rpc.PullMessageRequest,
-                         timeout_s: float) -> PullResult:
-        status: v5.Status | None = None
-        messages: list[ReceivedMessage] = []
-        next_offset: int | None = None
-        stream = self._channels.messaging(queue.address).PullMessage(
-            request, timeout=timeout_s, metadata=self._channels.metadata)
-        try:
-            async for response in stream:
-                content = response.WhichOneof("content")
-                if content == "message":
-                    messages.append(_received(response.message, queue.broker_name))
-                elif content == "status":
-                    status = response.status
-                elif content == "next_offset":
-                    next_offset = response.next_offset
-        except grpc.RpcError as error:
-            raise ClientError.from_rpc(error) from None
-        if status is not None and status.code not in _PULL_STATUS:
-            raise ClientError.from_status(status)  # an error answer need not carry a next offset
-        if status is None or next_offset is None:
-            raise ClientError("INTERNAL_ERROR", "a pull answer lacks its status or next offset")
-        return PullResult(_PULL_STATUS[status.code], messages, next_offset)
 
 
 def _duration(seconds: float) -> Duration:

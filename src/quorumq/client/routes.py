@@ -14,6 +14,7 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
 
 from quorumq import limits
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.client.errors import ClientError, check
 
 # A route is asked again after this long even without failures, as the official client does.
@@ -70,6 +71,7 @@ class Channels:
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._messaging: dict[str, rpc_grpc.MessagingServiceStub] = {}
+        self._readers: dict[str, pb_grpc.MessageReaderStub] = {}
         client_id = f"{socket.gethostname()}@{os.getpid()}@quorumq-{next(_client_index)}@{time.time_ns():x}"
         self.metadata = (("x-mq-client-id", client_id),)
 
@@ -80,6 +82,12 @@ class Channels:
             self._channels[address] = channel
         return channel
 
+    def reader(self, address: str) -> pb_grpc.MessageReaderStub:
+        stub = self._readers.get(address)
+        if stub is None:
+            stub = self._readers[address] = pb_grpc.MessageReaderStub(self.channel(address))
+        return stub
+
     def messaging(self, address: str) -> rpc_grpc.MessagingServiceStub:
         stub = self._messaging.get(address)
         if stub is None:
@@ -88,7 +96,7 @@ class Channels:
         return stub
 
     async def close(self) -> None:
-        channels, self._channels, self._messaging = self._channels, {}, {}
+        channels, self._channels, self._messaging, self._readers = self._channels, {}, {}, {}
         for channel in channels.values():
             await channel.close()
 

@@ -683,3 +683,75 @@ class BrokerAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class MessageReaderStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.PullBatch = channel.unary_unary(
+                '/quorumq.cluster.MessageReader/PullBatch',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.PullBatchRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.PullBatchResponse.FromString,
+                _registered_method=True)
+
+
+class MessageReaderServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def PullBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_MessageReaderServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'PullBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullBatch,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.PullBatchRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.PullBatchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'quorumq.cluster.MessageReader', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('quorumq.cluster.MessageReader', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class MessageReader:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def PullBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.MessageReader/PullBatch',
+            quorumq_dot_cluster_dot_cluster__pb2.PullBatchRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.PullBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -54,7 +54,12 @@ def _seconds(duration: Duration) -> float:
 
 
 def _poll_budget(requested: Duration | None, context) -> float:
-    wanted = min(_seconds(requested), limits.LONG_POLL_SECONDS_MAX) if requested is not None else 0.0
+    return poll_budget(_seconds(requested) if requested is not None else 0.0, context)
+
+
+def poll_budget(requested_s: float, context) -> float:
+    """How long a long poll may hold: what the client asked, within the limit and its deadline."""
+    wanted = min(requested_s, limits.LONG_POLL_SECONDS_MAX)
     remaining = context.time_remaining()
     if remaining is not None:
         wanted = min(wanted, remaining - POLL_MARGIN_S)
@@ -278,34 +283,17 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
             yield v5s.PullMessageResponse(status=OK)
             for stored in result.messages:
                 yield v5s.PullMessageResponse(message=messages.outgoing(stored))
-            self.broker.stats["msgGetTotal"] += len(result.messages)
         else:
             yield v5s.PullMessageResponse(status=NO_NEW_MESSAGE)
         yield v5s.PullMessageResponse(next_offset=result.next_offset)
 
     async def _pull(self, request, context):
         messages.group_name(request.group)
-        topic = messages.topic_name(request.message_queue.topic)
-        queue_id = request.message_queue.id
-        self.broker.check_queue(topic, queue_id)
-        tags = messages.tag_filter(request.filter_expression)
-        batch = min(max(request.batch_size, 1), limits.PULL_BATCH_MAX)
-        budget = _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
-                              context)
-        deadline = self.broker.clock.monotonic() + budget
-        offset = max(request.offset, 0)
-        while True:
-            result = self.broker.read(topic, queue_id, offset, batch, tags)
-            if result.status is GetStatus.OFFSET_TOO_SMALL:
-                offset = result.min_offset
-                continue
-            left = deadline - self.broker.clock.monotonic()
-            if result.messages or result.status is GetStatus.OFFSET_OVERFLOW_BADLY or left <= 0:
-                return result
-            if result.next_offset > offset:  # only filtered-out messages so far: move on, keep polling
-                offset = result.next_offset
-                continue
-            await self.broker.arrivals.wait(topic, left)
+        return await self.broker.pull(
+            messages.topic_name(request.message_queue.topic), request.message_queue.id, request.offset,
+            min(max(request.batch_size, 1), limits.PULL_BATCH_MAX), messages.tag_filter(request.filter_expression),
+            _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
+                         context))
 
     @answers(v5s.GetOffsetResponse)
     async def GetOffset(self, request, context):
