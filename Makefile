@@ -4,8 +4,8 @@
 PYTHON_BASE ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-# Debian packages the project needs beyond Python itself (later: nats-server, zookeeper).
-DEBIAN_PACKAGES :=
+# Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline).
+DEBIAN_PACKAGES := nats-server
 SETUP_STAMP := $(VENV)/.setup-done
 
 .PHONY: setup run test bench clean

@@ -37,7 +37,6 @@ class ScriptedBroker(rpc_grpc.MessagingServiceServicer):
         self.route_calls = 0
         self.sends: list[tuple[rpc.SendMessageRequest, dict]] = []
         self.send_answers: list[rpc.SendMessageResponse] = []  # scripted answers, then all OK
-        self.pull_answer: list[rpc.PullMessageResponse] = []
         self.offset_answer = rpc.GetOffsetResponse(status=OK)
 
     async def QueryRoute(self, request, context):
@@ -55,10 +54,6 @@ class ScriptedBroker(rpc_grpc.MessagingServiceServicer):
             rpc.SendResultEntry(status=v5.Status(code=v5.Code.OK, message="SEND_OK"),
                                 message_id=m.system_properties.message_id, offset=index)
             for index, m in enumerate(request.messages)])
-
-    async def PullMessage(self, request, context):
-        for answer in self.pull_answer:
-            yield answer
 
     async def GetOffset(self, request, context):
         return self.offset_answer
@@ -160,59 +155,6 @@ async def test_an_unknown_queue_is_a_client_error(broker):
     async with Producer(access_point(broker)) as producer:
         with pytest.raises(ClientError, match="no queue 9"):
             await producer.send_batch("orders", [Message(b"a")], queue_id=9)
-
-
-def pulled(offset: int) -> rpc.PullMessageResponse:
-    return rpc.PullMessageResponse(message=v5.Message(
-        topic=v5.Resource(name="orders"), body=f"m{offset}".encode(),
-        system_properties=v5.SystemProperties(queue_id=1, queue_offset=offset, message_id=f"ID{offset}",
-                                              tag="red", keys=["k"])))
-
-
-async def test_pull_reads_status_messages_and_next_offset(broker):
-    broker.pull_answer = [rpc.PullMessageResponse(status=OK), pulled(5), pulled(6),
-                          rpc.PullMessageResponse(next_offset=7)]
-    async with PullConsumer(access_point(broker), "G") as consumer:
-        result = await consumer.pull("orders", 1, 5, 32)
-    assert result.status == FOUND and result.next_offset == 7
-    assert [(m.queue_offset, m.body, m.tag, m.keys, m.broker_name) for m in result.messages] == [
-        (5, b"m5", "red", ("k",), "broker-a"), (6, b"m6", "red", ("k",), "broker-a")]
-
-
-@pytest.mark.parametrize("code, status", [(v5.Code.MESSAGE_NOT_FOUND, NO_NEW_MSG),
-                                          (v5.Code.ILLEGAL_OFFSET, OFFSET_ILLEGAL)])
-async def test_pull_statuses_by_rocketmq_names(broker, code, status):
-    broker.pull_answer = [rpc.PullMessageResponse(status=v5.Status(code=code)),
-                          rpc.PullMessageResponse(next_offset=3)]
-    async with PullConsumer(access_point(broker), "G") as consumer:
-        result = await consumer.pull("orders", 0, 3)
-    assert (result.status, result.messages, result.next_offset) == (status, [], 3)
-
-
-async def test_pull_errors_raise_with_the_catalogue_name(broker):
-    broker.pull_answer = [rpc.PullMessageResponse(status=v5.Status(
-        code=v5.Code.ILLEGAL_CONSUMER_GROUP, message="ILLEGAL_CONSUMER_GROUP: bad group"))]
-    async with PullConsumer(access_point(broker), "G") as consumer:
-        with pytest.raises(ClientError) as raised:
-            await consumer.pull("orders", 0, 0)
-    assert raised.value.name == "ILLEGAL_CONSUMER_GROUP"
-
-
-async def test_get_offset_is_none_for_a_group_without_one(broker):
-    broker.offset_answer = rpc.GetOffsetResponse(status=v5.Status(code=v5.Code.OFFSET_NOT_FOUND))
-    async with PullConsumer(access_point(broker), "G") as consumer:
-        assert await consumer.get_offset("orders", 0) is None
-        broker.offset_answer = rpc.GetOffsetResponse(status=OK, offset=42)
-        assert await consumer.get_offset("orders", 0) == 42
-
-
-async def test_the_blocking_facade_runs_the_same_client(broker):
-    def send() -> list:
-        with Blocking(Producer, access_point(broker)) as producer:
-            return producer.send_batch("orders", [Message(b"sync")], queue_id=0)
-
-    results = await asyncio.to_thread(send)  # the scripted server runs on this test's loop
-    assert [r.status for r in results] == ["SEND_OK"]
 
 
 class ScriptedNameServer(pb_grpc.NameServerServicer):

@@ -173,7 +173,8 @@ class Broker:
                 return results
             for (index, message), (_, queue_offset) in zip(accepted, appended.offsets):
                 results[index] = PutResult(status, message.queue_id, queue_offset)
-                self.arrivals.notify(message.topic)
+            for topic in {message.topic for _, message in accepted}:
+                self.arrivals.notify(topic)
             self.stats["msgPutTotal"] += len(accepted)
         return results
 

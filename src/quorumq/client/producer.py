@@ -27,6 +27,9 @@ MESSAGE_OVERHEAD_BYTES = 256
 SEND_ATTEMPTS_MAX = 3  # tries of one request against brokers that do not answer
 BACKOFF_MIN_S = 0.01
 BACKOFF_MAX_S = 1.0
+# Enum values read once: look-ups through the generated wrappers are slow per message.
+_CODE_OK = v5.Code.OK
+_CODE_TOO_MANY_REQUESTS = v5.Code.TOO_MANY_REQUESTS
 
 
 @dataclass
@@ -183,11 +186,15 @@ class Producer:
             raise ClientError("INTERNAL_ERROR", f"{len(entries)} send results for {len(pending)} messages")
         throttled = []
         for index, entry in zip(pending, entries):
-            code = entry.status.code
-            name, detail = split_name(entry.status.message, SEND_OK if code == v5.Code.OK else code_name(code))
+            status = entry.status
+            code = status.code
+            if code == _CODE_OK and status.message == SEND_OK:  # the common case, without parsing
+                name, detail = SEND_OK, ""
+            else:
+                name, detail = split_name(status.message, SEND_OK if code == _CODE_OK else code_name(code))
             results[index] = SendResult(name, entry.message_id or ids[index], queue.queue_id, entry.offset,
                                         queue.broker_name, detail)
-            if code == v5.Code.TOO_MANY_REQUESTS:
+            if code == _CODE_TOO_MANY_REQUESTS:
                 throttled.append(index)
         return throttled
 

@@ -153,11 +153,13 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         count = len(request.messages)
         if not 0 < count <= limits.BATCH_MESSAGES_MAX:
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{limits.BATCH_MESSAGES_MAX} messages")
-        if request.ByteSize() > limits.BATCH_BYTES_MAX + limits.GRPC_MARGIN_BYTES:
-            raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes")
         explicit = any(key == EXPLICIT_QUEUE_HEADER and value == "1"
                        for key, value in context.invocation_metadata() or ())
-        results = await self.broker.put([self._incoming(message, explicit) for message in request.messages])
+        incoming = [self._incoming(message, explicit) for message in request.messages]
+        if sum(len(item.body) for item in incoming if isinstance(item, MessageIn)) > limits.BATCH_BYTES_MAX:
+            raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes "
+                                                      "of bodies")
+        results = await self.broker.put(incoming)
         entries = [v5s.SendResultEntry(status=_entry_status(result), message_id=message.system_properties.message_id,
                                        offset=max(result.queue_offset, 0))
                    for message, result in zip(request.messages, results)]
