@@ -51,6 +51,9 @@ COMMIT_LOG_SEGMENT_BYTES_DEFAULT = 1024 * MiB  # mappedFileSizeCommitLog
 COMMIT_LOG_SEGMENT_BYTES_MIN = 64 * KiB
 CONSUME_QUEUE_ENTRIES_PER_FILE = 300_000  # RocketMQ's mapedFileSizeConsumeQueue / 20
 RECORD_HEADER_BYTES_MAX = 4 * KiB  # fixed fields plus topic and host strings, properties aside
+HOST_LENGTH_MAX = 255  # the born and store host strings ("ip:port") a record carries
+CONSUME_QUEUE_SCAN_ENTRIES_MAX = 16_384  # queue entries one read examines, matched by the tag filter or not
+RETENTION_SEGMENTS_PER_RUN_MAX = 10  # commit-log segments one clean-up run deletes (deleteFileBatchMax)
 
 
 def check_segment_size(segment_bytes: int, max_message_size: int) -> None:

@@ -1,0 +1,20 @@
+"""The storage engine: commit log, consume queues, recovery, flushing, retention, small JSON stores.
+
+Nothing here imports a server module; the broker drives it from its event loop.
+"""
+
+from quorumq.store.atomic_file import write_atomically
+from quorumq.store.codec import StoredMessage, tag_hash
+from quorumq.store.consumer_offsets import ConsumerOffsets
+from quorumq.store.flush import Flusher
+from quorumq.store.message_store import (AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
+                                         RecoveryReport)
+from quorumq.store.recovery import Damage, classify_damage
+from quorumq.store.retention import segments_to_delete
+from quorumq.store.topic_configs import TopicConfig, TopicConfigs
+
+__all__ = [
+    "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "MessageIn",
+    "MessageStore", "RecoveryReport", "StoredMessage", "TopicConfig", "TopicConfigs", "classify_damage",
+    "segments_to_delete", "tag_hash", "write_atomically",
+]

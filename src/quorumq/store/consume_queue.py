@@ -1,0 +1,245 @@
+"""Consume queues: per topic and queue id, an index of fixed 20-byte entries into the commit log.
+
+Entry `queue_offset` sits at byte `(queue_offset - file.start) * 20` of the file named by its
+20-digit start queue offset; each file holds `entries_per_file` entries. Files grow by appending
+(no preallocation: a broker may hold thousands of queues), so the entry count is the file size / 20.
+The last file is never deleted, so a queue keeps its max offset when retention empties it.
+
+Threads: the event-loop thread writes and deletes; the checkpoint thread syncs the files listed in
+`DirtyFiles`, holding `file_lock` so that no descriptor is closed under it.
+"""
+
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from quorumq.errors import Error, QuorumqError
+from quorumq.store.commit_log import file_name, parse_file_name, write_fully
+
+ENTRY = struct.Struct(">qiq")  # commit-log offset, record size, tag hash
+ENTRY_SIZE = ENTRY.size
+_TAIL_READ_ENTRIES = 4096
+
+
+@dataclass(slots=True, eq=False)
+class QueueFile:
+    start: int
+    path: Path
+    fd: int = -1  # opened on first use
+
+
+class DirtyFiles:
+    """Queue files written, and directories given new entries, since the last checkpoint."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: set[QueueFile] = set()
+        self._directories: set[Path] = set()
+
+    def mark_file(self, queue_file: QueueFile) -> None:
+        with self._lock:
+            self._files.add(queue_file)
+
+    def mark_directory(self, directory: Path) -> None:
+        with self._lock:
+            self._directories.add(directory)
+
+    def take(self) -> tuple[list[QueueFile], list[Path]]:
+        with self._lock:
+            files, self._files = list(self._files), set()
+            directories, self._directories = sorted(self._directories), set()
+        return files, directories
+
+
+class ConsumeQueue:
+    def __init__(self, directory: Path, entries_per_file: int, file_lock: threading.Lock,
+                 dirty: DirtyFiles) -> None:
+        self.directory = directory
+        self.entries_per_file = entries_per_file
+        self.files: list[QueueFile] = []
+        self.min_offset = 0
+        self.max_offset = 0  # one past the last entry written
+        self.next_offset = 0  # one past the last entry staged
+        self._staged = bytearray()
+        self._file_lock = file_lock
+        self._dirty = dirty
+
+    def load(self) -> None:
+        """Open the files on disk; a torn entry at the tail is cut off."""
+        names = map(parse_file_name, os.listdir(self.directory))
+        starts = sorted(start for start in names if start is not None)
+        for index, start in enumerate(starts):
+            follows = index == 0 or start == starts[index - 1] + self.entries_per_file
+            if start % self.entries_per_file or not follows:
+                raise QuorumqError(Error.STORE_CORRUPTED, f"consume-queue files in {self.directory} are not "
+                                   f"contiguous at {file_name(start)}")
+            self.files.append(QueueFile(start, self.directory / file_name(start)))
+        for queue_file in self.files[:-1]:
+            if queue_file.path.stat().st_size != self.entries_per_file * ENTRY_SIZE:
+                raise QuorumqError(Error.STORE_CORRUPTED, f"consume-queue file {queue_file.path} is not full "
+                                   "but is followed by another")
+        if self.files:
+            tail = self.files[-1]
+            size = tail.path.stat().st_size
+            if size % ENTRY_SIZE:
+                os.truncate(tail.path, size - size % ENTRY_SIZE)
+            self.min_offset = self.files[0].start
+            self.max_offset = self.next_offset = tail.start + size // ENTRY_SIZE
+
+    # Writing: stage entries during a batch, then write them with one pwrite per file.
+
+    def stage(self, commit_log_offset: int, size: int, tag_hash: int) -> int:
+        queue_offset = self.next_offset
+        self._staged += ENTRY.pack(commit_log_offset, size, tag_hash)
+        self.next_offset = queue_offset + 1
+        return queue_offset
+
+    def discard_staged(self) -> None:
+        self._staged.clear()
+        self.next_offset = self.max_offset
+
+    def write_staged(self) -> None:
+        """Write the staged entries at the end of the queue: one pwrite per file they fall in."""
+        try:
+            with memoryview(self._staged) as staged:
+                written = 0
+                while written < len(staged):
+                    offset = self.max_offset
+                    queue_file = self._file_for_write(offset)
+                    count = min((len(staged) - written) // ENTRY_SIZE,
+                                queue_file.start + self.entries_per_file - offset)
+                    end = written + count * ENTRY_SIZE
+                    position = (offset - queue_file.start) * ENTRY_SIZE
+                    write_fully(self._open(queue_file), staged[written:end], position)
+                    self._dirty.mark_file(queue_file)
+                    written = end
+                    self.max_offset = offset + count
+        finally:
+            self._staged.clear()
+            self.next_offset = self.max_offset
+
+    def _file_for_write(self, offset: int) -> QueueFile:
+        if self.files and offset < self.files[-1].start + self.entries_per_file:
+            return self.files[-1]
+        start = offset - offset % self.entries_per_file
+        if not self.files:
+            self._make_directories()
+        queue_file = QueueFile(start, self.directory / file_name(start))
+        self.files.append(queue_file)
+        self._dirty.mark_directory(self.directory)
+        return queue_file
+
+    def _make_directories(self) -> None:
+        lineage = (self.directory.parent.parent, self.directory.parent, self.directory)
+        missing = [directory for directory in lineage if not directory.exists()]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for directory in missing:
+            self._dirty.mark_directory(directory.parent)
+
+    def _open(self, queue_file: QueueFile) -> int:
+        if queue_file.fd < 0:
+            queue_file.fd = os.open(queue_file.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return queue_file.fd
+
+    def mark_written_since(self, commit_log_offset: int) -> None:
+        """List for the next sync the files that may hold entries of records from `commit_log_offset`."""
+        for queue_file in reversed(self.files):
+            self._open(queue_file)
+            self._dirty.mark_file(queue_file)
+            if queue_file.start < self.max_offset and self.entry_at(queue_file.start)[0] < commit_log_offset:
+                break
+
+    # Reading.
+
+    def read_entries(self, offset: int, count: int) -> bytes:
+        """Up to `count` entries from `offset`, from one file (the caller asks again for more)."""
+        assert self.files[0].start <= offset < self.max_offset, (offset, self.max_offset)
+        queue_file = self.files[(offset - self.files[0].start) // self.entries_per_file]
+        count = min(count, queue_file.start + self.entries_per_file - offset, self.max_offset - offset)
+        return os.pread(self._open(queue_file), count * ENTRY_SIZE, (offset - queue_file.start) * ENTRY_SIZE)
+
+    def entry_at(self, offset: int) -> tuple[int, int, int]:
+        return ENTRY.unpack(self.read_entries(offset, 1))
+
+    def first_offset_where(self, low: int, high: int, accept) -> int:
+        """The first offset in [low, high) whose entry `accept`s, entries being sorted for it."""
+        while low < high:
+            middle = (low + high) // 2
+            if accept(self.entry_at(middle)):
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    # Trimming.
+
+    def truncate(self, max_offset: int) -> None:
+        """Drop the entries at and after `max_offset`; the first file always stays."""
+        assert self.min_offset <= max_offset <= self.max_offset and not self._staged
+        while len(self.files) > 1 and self.files[-1].start >= max_offset:
+            self._delete_file(self.files.pop())
+        tail = self.files[-1]
+        os.ftruncate(self._open(tail), (max_offset - tail.start) * ENTRY_SIZE)
+        self._dirty.mark_file(tail)
+        self.max_offset = self.next_offset = max_offset
+
+    def truncate_beyond(self, commit_log_end: int) -> None:
+        """Drop the tail entries that are empty or point past `commit_log_end`."""
+        end = self.max_offset
+        while end > self.min_offset:
+            count = min(_TAIL_READ_ENTRIES, end - self.min_offset)
+            data = self._read_before(end, count)
+            kept = len(data) // ENTRY_SIZE
+            while kept:
+                commit_log_offset, size, _ = ENTRY.unpack_from(data, (kept - 1) * ENTRY_SIZE)
+                if size > 0 and commit_log_offset + size <= commit_log_end:
+                    break
+                kept -= 1
+            end -= len(data) // ENTRY_SIZE - kept
+            if kept:
+                break
+        if end < self.max_offset:
+            self.truncate(end)
+
+    def _read_before(self, end: int, count: int) -> bytes:
+        """Up to `count` entries that end at `end`, from the file holding entry end - 1."""
+        queue_file = self.files[(end - 1 - self.files[0].start) // self.entries_per_file]
+        start = max(end - count, queue_file.start)
+        return os.pread(self._open(queue_file), (end - start) * ENTRY_SIZE,
+                        (start - queue_file.start) * ENTRY_SIZE)
+
+    def advance_min(self, commit_log_min: int) -> None:
+        """Forget the entries below the commit log's first offset, deleting files they fill."""
+        while len(self.files) > 1:
+            last_of_first = self.files[1].start - 1
+            if ENTRY.unpack(self.read_entries(last_of_first, 1))[0] >= commit_log_min:
+                break
+            self._delete_file(self.files.pop(0))
+        low = max(self.min_offset, self.files[0].start) if self.files else 0
+        self.min_offset = self.first_offset_where(low, self.max_offset,
+                                                  lambda entry: entry[0] >= commit_log_min)
+
+    def _delete_file(self, queue_file: QueueFile) -> None:
+        self._close(queue_file)
+        queue_file.path.unlink(missing_ok=True)
+        self._dirty.mark_directory(self.directory)
+
+    def _close(self, queue_file: QueueFile) -> None:
+        with self._file_lock:
+            if queue_file.fd >= 0:
+                os.close(queue_file.fd)
+                queue_file.fd = -1
+
+    def close(self) -> None:
+        for queue_file in self.files:
+            self._close(queue_file)
+
+    def delete(self) -> None:
+        """Remove every file of the queue and its directory."""
+        for queue_file in self.files:
+            self._delete_file(queue_file)
+        self.files = []
+        self.directory.rmdir()
+        self._dirty.mark_directory(self.directory.parent)

@@ -1,0 +1,782 @@
+"""The message store: one commit log for all topics plus a consume queue per topic and queue id.
+
+Layout under `root`:
+
+    commitlog/<20-digit start offset>                      fixed-size segments of records
+    consumequeue/<topic>/<queue id>/<20-digit start>       20-byte entries, built from the log
+    checkpoint                                             flushed and dispatched offsets
+    abort                                                  present while open: an unclean exit
+    lock                                                   flock'ed by the process that has it open
+
+Consume-queue entries are derived from the commit-log bytes alone (the dispatcher), so a replica
+that appends the same bytes through `append_raw` builds the same queues.
+
+Threads: every method runs on one thread (the event loop) except `flush` and `checkpoint`, which
+may run in worker threads at the same time as appends. They only read offsets that the loop
+publishes after the bytes below them are written, and hold locks while they sync descriptors.
+"""
+
+import errno
+import fcntl
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from quorumq import limits
+from quorumq.clock import Clock
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import codec
+from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from quorumq.store.codec import BLANK_BYTES_MIN, HEADER, TAGS_PROPERTY, Frame, StoredMessage, check_frame
+from quorumq.store.commit_log import CommitLog, fsync_directory
+from quorumq.store.consume_queue import ENTRY, ConsumeQueue, DirtyFiles
+from quorumq.store.recovery import scan_commit_log
+from quorumq.store.retention import segments_to_delete
+
+log = logging.getLogger(__name__)
+
+_BUFFER_BYTES_INITIAL = 1024 * 1024
+_READ_SPAN_BYTES = 1024 * 1024  # one pread may cover several records of a queue up to this span
+_QUEUE_READ_ENTRIES = 1024
+_REDISPATCH_WRITE_EVERY = 4096  # records staged before recovery writes the queues
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageIn:
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: Mapping[str, str]
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp_ms: int
+    born_host: str
+    reconsume_times: int = 0
+
+
+@dataclass(slots=True)
+class AppendResult:
+    offsets: list[tuple[int, int]]  # (commit_log_offset, queue_offset) of each message, in order
+    end_offset: int  # the commit-log write position after the batch
+
+
+class GetStatus(Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # entries were scanned but the tag filter took none
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max: wait for the next message
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    messages: list[StoredMessage] | list[bytes]  # whole records when read by `get_records`
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    clean_shutdown: bool
+    scanned_from: int
+    end_offset: int
+    truncated_bytes: int  # torn bytes cut from the tail
+    records_redispatched: int  # records whose consume-queue entries recovery wrote again
+    corrupt_offset: int | None  # first corrupt record kept in the middle of the log
+
+
+def _record_bytes(data: memoryview, position: int) -> bytes:
+    """A checked record's bytes as they lie in the commit log (its size is its first field)."""
+    size, _ = codec.BLANK_HEADER.unpack_from(data, position)
+    return bytes(data[position:position + size])
+
+
+class MessageStore:
+    def __init__(self, root: Path, *, segment_bytes: int, store_host: str, clock: Clock,
+                 consume_queue_entries_per_file: int = limits.CONSUME_QUEUE_ENTRIES_PER_FILE) -> None:
+        if segment_bytes < limits.COMMIT_LOG_SEGMENT_BYTES_MIN:
+            raise QuorumqError(Error.CONFIG_INVALID, f"segment size {segment_bytes} is below "
+                               f"{limits.COMMIT_LOG_SEGMENT_BYTES_MIN}")
+        self._store_host = store_host.encode()
+        if len(self._store_host) > limits.HOST_LENGTH_MAX:
+            raise QuorumqError(Error.CONFIG_INVALID, f"store host {store_host!r} is too long")
+        self.root = Path(root)
+        self._clock = clock
+        self._segment_bytes = segment_bytes
+        self._entries_per_file = consume_queue_entries_per_file
+        self._commit_log = CommitLog(self.root / "commitlog", segment_bytes)
+        self._queues: dict[str, dict[int, ConsumeQueue]] = {}
+        self._queue_file_lock = threading.Lock()
+        self._dirty = DirtyFiles()
+        self._flush_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._last_checkpoint: Checkpoint | None = None
+        self._buffer = bytearray(_BUFFER_BYTES_INITIAL)
+        self._view = memoryview(self._buffer)
+        # Offsets the flush and checkpoint threads read: each is published after the work below it.
+        self._write_offset = 0
+        self._dispatched_offset = 0
+        self._flushed_offset = 0
+        self._corrupt_offset: int | None = None
+        self._write_failure: str | None = None
+        self._lock_fd = -1
+        self.sync_count = 0  # commit-log fdatasync calls, to observe group commit
+
+    # Properties.
+
+    @property
+    def max_offset(self) -> int:
+        return self._write_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self._commit_log.min_offset if self._commit_log.segments else self._write_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed_offset
+
+    @property
+    def corrupt_offset(self) -> int | None:
+        return self._corrupt_offset
+
+    @property
+    def is_open(self) -> bool:
+        return self._lock_fd >= 0
+
+    # Open and close.
+
+    def open(self) -> RecoveryReport:
+        """Open the store, recovering from an unclean exit when the abort marker says so."""
+        assert not self.is_open, "store is already open"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            return self._recover()
+        except BaseException:
+            self._release_everything()
+            raise
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise QuorumqError(Error.INTERNAL_ERROR,
+                               f"store {self.root} is open in another process") from None
+        self._lock_fd = fd
+
+    def _recover(self) -> RecoveryReport:
+        abort_marker = self.root / "abort"
+        clean = not abort_marker.exists()
+        checkpoint = load_checkpoint(self.root / "checkpoint")
+        # The marker goes down before any repair, so a crash during recovery recovers again.
+        abort_marker.touch()
+        fsync_directory(self.root)
+        self._commit_log.load()
+        self._load_queues()
+        start, durable, dispatch_from = self._scan_plan(checkpoint, clean)
+        if not clean:
+            # Entries written after the last checkpoint may sit only in the page cache.
+            for queue in self._all_queues():
+                queue.mark_written_since(dispatch_from)
+        redispatch = _Redispatcher(self, dispatch_from)
+        scan = scan_commit_log(self._commit_log, start, durable, redispatch.visit, check_residue=not clean)
+        redispatch.write()
+        if scan.cut:
+            self._commit_log.cut_after(scan.end_offset)
+        else:
+            self._commit_log.drop_segments_after(scan.end_offset)
+        self._commit_log.extend_short_segments()
+        self._write_offset = scan.end_offset
+        self._dispatched_offset = scan.end_offset if scan.corrupt_offset is None else scan.corrupt_offset
+        self._corrupt_offset = scan.corrupt_offset
+        for queue in self._all_queues():
+            queue.truncate_beyond(scan.end_offset)
+            queue.advance_min(self._commit_log.min_offset)
+        # Recovered bytes may sit only in the page cache: sync them before anything relies on them.
+        self._flushed_offset = min(start, scan.end_offset)
+        self.checkpoint()
+        return RecoveryReport(clean, start, scan.end_offset, scan.truncated_bytes, redispatch.count,
+                              scan.corrupt_offset)
+
+    def _scan_plan(self, checkpoint: Checkpoint | None, clean: bool) -> tuple[int, int, int]:
+        """Where the scan starts, what is known durable, and where dispatch starts."""
+        low = self._commit_log.min_offset
+        high = self._commit_log.segments[-1].start + self._segment_bytes if self._commit_log.segments else 0
+        if checkpoint is None or not low <= checkpoint.flushed_offset <= high:
+            if checkpoint is not None:
+                log.warning("checkpoint %s lies outside the commit log [%d, %d]; scanning it all",
+                            checkpoint, low, high)
+            return low, 0, low
+        dispatch_from = max(low, min(checkpoint.dispatched_offset, checkpoint.flushed_offset))
+        if clean and checkpoint.dispatched_offset == checkpoint.flushed_offset:
+            return checkpoint.flushed_offset, checkpoint.flushed_offset, dispatch_from
+        start = self._commit_log.segment_start(dispatch_from)
+        return start, checkpoint.flushed_offset, dispatch_from
+
+    def _load_queues(self) -> None:
+        base = self.root / "consumequeue"
+        if not base.is_dir():
+            return
+        for topic_directory in sorted(path for path in base.iterdir() if path.is_dir()):
+            for queue_directory in sorted(topic_directory.iterdir()):
+                if not (queue_directory.is_dir() and queue_directory.name.isdigit()):
+                    log.warning("ignoring %s: not a consume-queue directory", queue_directory)
+                    continue
+                queue = self._new_queue(topic_directory.name, int(queue_directory.name))
+                queue.load()
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint and, when the store is sound, drop the abort marker."""
+        if not self.is_open:
+            return
+        try:
+            self.checkpoint()
+            if self._corrupt_offset is None and self._write_failure is None:
+                (self.root / "abort").unlink(missing_ok=True)
+                fsync_directory(self.root)
+        finally:
+            self._release_everything()
+
+    def _release_everything(self) -> None:
+        for queue in self._all_queues():
+            queue.close()
+        self._queues = {}
+        self._commit_log.close()
+        self._last_checkpoint = None
+        self._write_offset = self._dispatched_offset = self._flushed_offset = 0
+        self._corrupt_offset = self._write_failure = None
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # Appending.
+
+    def append(self, messages: Sequence[MessageIn]) -> AppendResult:
+        """Append a batch with one pwrite per segment it touches; all or nothing on bad input."""
+        self._check_writable()
+        if not messages:
+            return AppendResult([], self._write_offset)
+        if len(messages) > limits.BATCH_MESSAGES_MAX:
+            raise QuorumqError(Error.BATCH_TOO_LARGE, f"{len(messages)} messages in one append")
+        store_timestamp_ms = self._clock.now_ms()
+        store_host = self._store_host
+        segment_bytes = self._segment_bytes
+        record_bytes_max = segment_bytes - BLANK_BYTES_MIN
+        log_offset = self._write_offset
+        segment_end = log_offset - log_offset % segment_bytes + segment_bytes
+        buffer_offset = 0
+        runs = [(log_offset, 0)]  # (commit-log offset, buffer offset) where each segment's bytes start
+        offsets = []
+        staged: list[ConsumeQueue] = []
+        try:
+            for message in messages:
+                topic = message.topic.encode()
+                born_host = message.born_host.encode()
+                properties = _encode_properties(message.properties)
+                body = message.body
+                size = codec.record_size(topic, born_host, store_host, properties, body)
+                if (size > record_bytes_max or not 0 < len(topic) <= limits.NAME_LENGTH_MAX
+                        or len(born_host) > limits.HOST_LENGTH_MAX
+                        or len(properties) > limits.PROPERTIES_BYTES_MAX
+                        or not 0 <= message.queue_id < limits.QUEUES_PER_TOPIC_MAX):
+                    _reject(message, size, record_bytes_max)
+                end = log_offset + size
+                if end > segment_end or segment_end - end < BLANK_BYTES_MIN and end != segment_end:
+                    # The record does not fit: a BLANK pads the segment (unless the last record
+                    # filled it exactly) and the next segment begins.
+                    if log_offset < segment_end:
+                        self._reserve(buffer_offset + BLANK_BYTES_MIN)
+                        codec.encode_blank(self._view, buffer_offset, segment_end - log_offset)
+                        buffer_offset += BLANK_BYTES_MIN
+                    log_offset, segment_end = segment_end, segment_end + segment_bytes
+                    runs.append((log_offset, buffer_offset))
+                    end = log_offset + size
+                if buffer_offset + size > len(self._buffer):
+                    self._reserve(buffer_offset + size)
+                queue = self._queue_for_append(message.topic, message.queue_id)
+                if queue.next_offset == queue.max_offset:
+                    staged.append(queue)
+                tag_hash = codec.tag_hash(message.properties.get(TAGS_PROPERTY))
+                queue_offset = queue.stage(log_offset, size, tag_hash)
+                codec.encode_record(self._view, buffer_offset, size, topic, message.queue_id, queue_offset,
+                                    log_offset, message.flag, message.sys_flag, message.born_timestamp_ms,
+                                    born_host, store_timestamp_ms, store_host, message.reconsume_times,
+                                    properties, body)
+                offsets.append((log_offset, queue_offset))
+                buffer_offset += size
+                log_offset = end
+            self._verify_encoded(runs, buffer_offset)
+            self._write_runs(self._view, runs, buffer_offset)
+        except BaseException:
+            for queue in staged:
+                queue.discard_staged()
+            raise
+        self._write_offset = log_offset
+        self._write_staged(staged)
+        self._dispatched_offset = log_offset
+        return AppendResult(offsets, log_offset)
+
+    def _check_writable(self) -> None:
+        if not self.is_open:
+            raise QuorumqError(Error.INTERNAL_ERROR, "the store is not open")
+        if self._corrupt_offset is not None:
+            raise QuorumqError(Error.STORE_CORRUPTED, f"commit log corrupt at offset {self._corrupt_offset}; "
+                               "appends are refused until it is repaired")
+        if self._write_failure is not None:
+            raise QuorumqError(Error.INTERNAL_ERROR, f"an earlier write failed ({self._write_failure}); "
+                               "appends are refused until the store is reopened")
+
+    def _queue_for_append(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queues = self._queues.get(topic)
+        queue = queues.get(queue_id) if queues is not None else None
+        return queue if queue is not None else self._new_queue(topic, queue_id)
+
+    def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id), self._entries_per_file,
+                             self._queue_file_lock, self._dirty)
+        self._queues.setdefault(topic, {})[queue_id] = queue
+        return queue
+
+    def _reserve(self, size: int) -> None:
+        """Grow the batch buffer to hold `size` bytes, keeping what it holds."""
+        if size <= len(self._buffer):
+            return
+        grown = bytearray(max(size, 2 * len(self._buffer)))
+        grown[:len(self._buffer)] = self._view
+        self._view.release()
+        self._buffer, self._view = grown, memoryview(grown)
+
+    def _verify_encoded(self, runs: list[tuple[int, int]], buffer_end: int) -> None:
+        """Pair assertion: the batch passes the same framing and CRC check as recovery."""
+        with self._view[:buffer_end] as view:
+            for index, (log_offset, position) in enumerate(runs):
+                run_end = runs[index + 1][1] if index + 1 < len(runs) else buffer_end
+                segment_end = log_offset - log_offset % self._segment_bytes + self._segment_bytes
+                while position < run_end:
+                    frame, size = check_frame(view, position, segment_end - log_offset, log_offset)
+                    if frame is Frame.BLANK:  # only its header is in the buffer; it ends the run
+                        position += BLANK_BYTES_MIN
+                        break
+                    if frame is not Frame.MESSAGE:
+                        raise AssertionError(f"encoded record at {log_offset} fails its check: {frame.name}")
+                    position += size
+                    log_offset += size
+                assert position == run_end, (position, run_end)
+
+    def _write_runs(self, view: memoryview, runs: list[tuple[int, int]], buffer_end: int) -> None:
+        # Segments are allocated before any byte is written, so a full disk fails the whole batch.
+        for log_offset, _ in runs:
+            if self._commit_log.segment_at(log_offset) is None:
+                self._commit_log.create_segment(self._commit_log.segment_start(log_offset))
+        try:
+            for index, (log_offset, start) in enumerate(runs):
+                end = runs[index + 1][1] if index + 1 < len(runs) else buffer_end
+                if end > start:
+                    self._commit_log.write(log_offset, view[start:end])
+        except OSError as exc:
+            # Part of the batch may be on disk past the write offset; a later, shorter batch must
+            # not leave it there, so appends stop until recovery decides what the log holds.
+            self._write_failure = f"commit-log write: {exc}"
+            raise QuorumqError(Error.INTERNAL_ERROR, self._write_failure) from exc
+
+    def _write_staged(self, queues: list[ConsumeQueue]) -> None:
+        try:
+            for queue in queues:
+                queue.write_staged()
+        except OSError as exc:
+            self._write_failure = f"consume-queue write: {exc}"
+            log.error("%s; the records are in the commit log and recovery will index them",
+                      self._write_failure)
+            raise QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR,
+                               self._write_failure) from exc
+
+    # Replication: raw commit-log bytes.
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Whole records from `offset`, within one segment, at most `max_bytes` unless the first
+        record alone is larger. Empty at the end of the log."""
+        self._check_open()
+        if not self.min_offset <= offset <= self._write_offset:
+            raise QuorumqError(Error.ILLEGAL_OFFSET, f"offset {offset} outside the commit log "
+                               f"[{self.min_offset}, {self._write_offset}]")
+        limit = self._write_offset if self._corrupt_offset is None else min(self._write_offset,
+                                                                             self._corrupt_offset)
+        if offset == self._write_offset:
+            return b""
+        if offset >= limit:
+            raise self._corruption_error(offset)
+        segment_end = self._commit_log.segment_start(offset) + self._segment_bytes
+        data = memoryview(self._commit_log.read(offset, min(max(max_bytes, HEADER.size), limit - offset)))
+        frame, size = check_frame(data, 0, segment_end - offset, offset)
+        if frame in (Frame.SHORT, Frame.BLANK) and size > len(data):  # one record above max_bytes
+            data = memoryview(self._commit_log.read(offset, size))
+            frame, size = check_frame(data, 0, segment_end - offset, offset)
+        if frame not in (Frame.MESSAGE, Frame.BLANK) or size > len(data):
+            self._mark_corrupt(offset, frame)
+            raise self._corruption_error(offset)
+        position = size
+        while position < len(data):
+            log_offset = offset + position
+            frame, size = check_frame(data, position, segment_end - log_offset, log_offset)
+            if frame not in (Frame.MESSAGE, Frame.BLANK) or position + size > len(data):
+                break  # serve the whole records before it; the next call starts there
+            position += size
+        return bytes(data[:position])
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        """Append whole records copied from a master's commit log; returns the new end offset.
+
+        Every record is checked (framing, CRC, its own commit-log offset, the next queue offset of
+        its queue) before anything is written, so the same bytes give the same consume queues.
+        """
+        self._check_writable()
+        if offset != self._write_offset:
+            raise QuorumqError(Error.ILLEGAL_OFFSET,
+                               f"raw append at {offset}, but the log ends at {self._write_offset}")
+        data = bytes(data)
+        view = memoryview(data)
+        runs = [(offset, 0)]
+        staged: list[ConsumeQueue] = []
+        try:
+            position = 0
+            while position < len(data):
+                log_offset = offset + position
+                segment_end = self._commit_log.segment_start(log_offset) + self._segment_bytes
+                if position and log_offset == segment_end - self._segment_bytes:
+                    runs.append((log_offset, position))
+                frame, size = check_frame(view, position, segment_end - log_offset, log_offset)
+                if frame is Frame.MESSAGE:
+                    self._stage_raw(view, position, log_offset, size, staged)
+                elif not (frame is Frame.BLANK and _whole_blank(data, position, size)):
+                    raise QuorumqError(Error.BAD_REQUEST, f"raw data at commit-log offset {log_offset} is "
+                                       f"not a whole valid record ({frame.name})")
+                position += size
+            self._write_runs(view, runs, len(data))
+        except BaseException:
+            for queue in staged:
+                queue.discard_staged()
+            raise
+        self._write_offset = offset + len(data)
+        self._write_staged(staged)
+        self._dispatched_offset = self._write_offset
+        return self._write_offset
+
+    def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int,
+                   staged: list[ConsumeQueue]) -> None:
+        fields = codec.dispatch_fields(view, position)
+        queue = self._queue_for_append(fields.topic, fields.queue_id)
+        if fields.queue_offset != queue.next_offset:
+            raise QuorumqError(Error.BAD_REQUEST, f"record at {log_offset} has queue offset "
+                               f"{fields.queue_offset}, but {fields.topic}/{fields.queue_id} expects "
+                               f"{queue.next_offset}")
+        if queue.next_offset == queue.max_offset:
+            staged.append(queue)
+        queue.stage(log_offset, size, fields.tag_hash)
+
+    # Flushing.
+
+    def flush(self) -> int:
+        """fdatasync the commit log up to the write offset seen on entry; returns the flushed offset.
+
+        Safe in a worker thread while the loop appends: bytes below the write offset it reads were
+        written before that offset was published.
+        """
+        with self._flush_lock:
+            target = self._write_offset
+            if target > self._flushed_offset:
+                self.sync_count += self._commit_log.sync(self._flushed_offset, target)
+                self._flushed_offset = target
+            return self._flushed_offset
+
+    def checkpoint(self) -> None:
+        """Make the consume queues durable, flush the commit log, then record both offsets."""
+        with self._checkpoint_lock:
+            dispatched = self._dispatched_offset
+            self._sync_queue_files()
+            flushed = self.flush()
+            if self._corrupt_offset is not None:
+                # The next open scans from the corrupt record again; as it lies below the flushed
+                # offset, it is found to be corruption again, never mistaken for a torn tail.
+                dispatched = min(dispatched, self._corrupt_offset)
+            checkpoint = Checkpoint(flushed, dispatched)
+            if checkpoint != self._last_checkpoint:
+                save_checkpoint(self.root / "checkpoint", checkpoint)
+                self._last_checkpoint = checkpoint
+
+    def _sync_queue_files(self) -> None:
+        files, directories = self._dirty.take()
+        try:
+            while files:
+                with self._queue_file_lock:
+                    if files[-1].fd >= 0:  # a closed file was deleted; nothing to sync
+                        os.fdatasync(files[-1].fd)
+                files.pop()
+            while directories:
+                if directories[-1].is_dir():
+                    fsync_directory(directories[-1])
+                directories.pop()
+        except BaseException:
+            for queue_file in files:
+                self._dirty.mark_file(queue_file)
+            for directory in directories:
+                self._dirty.mark_directory(directory)
+            raise
+
+    # Reading.
+
+    def _check_open(self) -> None:
+        if not self.is_open:
+            raise QuorumqError(Error.INTERNAL_ERROR, "the store is not open")
+
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        queues = self._queues.get(topic)
+        return queues.get(queue_id) if queues is not None else None
+
+    def _all_queues(self) -> list[ConsumeQueue]:
+        return [queue for queues in self._queues.values() for queue in queues.values()]
+
+    def topics(self) -> list[str]:
+        return sorted(topic for topic, queues in self._queues.items()
+                      if any(queue.files for queue in queues.values()))
+
+    def topic_queue_ids(self, topic: str) -> list[int]:
+        return sorted(queue_id for queue_id, queue in self._queues.get(topic, {}).items() if queue.files)
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queue(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queue(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
+                     tag_hashes: frozenset[int] | None = None) -> GetResult:
+        """Messages of one queue from `offset`; entries whose tag hash is not in `tag_hashes` are
+        skipped without reading the commit log. At least one message unless none matched."""
+        return self._get(topic, queue_id, offset, max_count, max_bytes, tag_hashes, codec.decode_message)
+
+    def get_records(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
+                    tag_hashes: frozenset[int] | None = None) -> GetResult:
+        """As get_messages, but each item is a whole record's bytes, checked and not decoded."""
+        return self._get(topic, queue_id, offset, max_count, max_bytes, tag_hashes, _record_bytes)
+
+    def _get(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
+             tag_hashes: frozenset[int] | None, read) -> GetResult:
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        if queue is None or queue.max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+        low, high = queue.min_offset, queue.max_offset
+        if offset < low:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if offset >= high:
+            status = GetStatus.OFFSET_OVERFLOW_ONE if offset == high else GetStatus.OFFSET_OVERFLOW_BADLY
+            return GetResult(status, [], high if offset > high else offset, low, high)
+        matched, next_offset = self._match_entries(queue, offset, max(1, max_count), max_bytes, tag_hashes)
+        messages = self._read_messages(matched, read)
+        if len(messages) < len(matched):
+            next_offset = matched[len(messages)][0]
+        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, messages, next_offset, low, high)
+
+    def _match_entries(self, queue: ConsumeQueue, offset: int, max_count: int, max_bytes: int,
+                       tag_hashes: frozenset[int] | None) -> tuple[list[tuple[int, int, int]], int]:
+        """(queue offset, commit-log offset, size) of the entries to read, and the next offset."""
+        matched: list[tuple[int, int, int]] = []
+        matched_bytes = 0
+        scan_end = min(queue.max_offset, offset + limits.CONSUME_QUEUE_SCAN_ENTRIES_MAX)
+        while offset < scan_end:
+            data = queue.read_entries(offset, min(_QUEUE_READ_ENTRIES, scan_end - offset))
+            for commit_log_offset, size, tag in ENTRY.iter_unpack(data):
+                if tag_hashes is None or tag in tag_hashes:
+                    if matched and matched_bytes + size > max_bytes:
+                        return matched, offset
+                    matched.append((offset, commit_log_offset, size))
+                    matched_bytes += size
+                offset += 1
+                if len(matched) == max_count:
+                    return matched, offset
+        return matched, offset
+
+    def _read_messages(self, matched: list[tuple[int, int, int]], read) -> list:
+        """Check and `read` the records, reading neighbours in one segment with a single pread."""
+        messages: list[StoredMessage] = []
+        index = 0
+        while index < len(matched):
+            first = matched[index][1]
+            segment_end = self._commit_log.segment_start(first) + self._segment_bytes
+            span_end = min(segment_end, first + max(_READ_SPAN_BYTES, matched[index][2]))
+            group_end = index + 1
+            while group_end < len(matched) and sum(matched[group_end][1:]) <= span_end:
+                group_end += 1
+            last = matched[group_end - 1]
+            data = memoryview(self._commit_log.read(first, last[1] + last[2] - first))
+            for _, commit_log_offset, size in matched[index:group_end]:
+                if self._corrupt_offset is not None and commit_log_offset >= self._corrupt_offset:
+                    return self._served_before(messages, commit_log_offset)
+                position = commit_log_offset - first
+                frame, found = check_frame(data, position, segment_end - commit_log_offset, commit_log_offset)
+                if frame is not Frame.MESSAGE or found != size:
+                    self._mark_corrupt(commit_log_offset, frame)
+                    return self._served_before(messages, commit_log_offset)
+                messages.append(read(data, position))
+            index = group_end
+        return messages
+
+    def _served_before(self, messages: list, offset: int) -> list:
+        """The messages read before a corrupt one; if there are none, the corruption error."""
+        if not messages:
+            raise self._corruption_error(offset)
+        return messages
+
+    def _mark_corrupt(self, offset: int, frame: Frame) -> None:
+        log.error("commit log: record at offset %d fails its check on read (%s); the store refuses "
+                  "reads at or past it and appends", offset, frame.name)
+        if self._corrupt_offset is None or offset < self._corrupt_offset:
+            self._corrupt_offset = offset
+
+    def _corruption_error(self, offset: int) -> QuorumqError:
+        return QuorumqError(Error.STORE_CORRUPTED, f"cannot serve offset {offset}: the commit log is corrupt "
+                            f"at {self._corrupt_offset}")
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after `timestamp_ms`; the max offset if none."""
+        self._check_open()
+        queue = self._queue(topic, queue_id)
+        if queue is None:
+            return 0
+        return queue.first_offset_where(queue.min_offset, queue.max_offset,
+                                        lambda entry: self._store_timestamp(entry[0]) >= timestamp_ms)
+
+    def _store_timestamp(self, commit_log_offset: int) -> int:
+        timestamp = codec.store_timestamp_of(self._commit_log.read(commit_log_offset, HEADER.size))
+        if timestamp is None:
+            raise QuorumqError(Error.STORE_CORRUPTED, f"no record at commit-log offset {commit_log_offset}")
+        return timestamp
+
+    # Topics and retention.
+
+    def delete_topic(self, topic: str) -> bool:
+        """Drop the topic's consume queues (its commit-log bytes stay until retention)."""
+        self._check_open()
+        queues = self._queues.pop(topic, None)
+        if queues is None:
+            return False
+        for queue in queues.values():
+            if queue.files:
+                queue.delete()
+        topic_directory = self.root / "consumequeue" / topic
+        if topic_directory.is_dir():
+            topic_directory.rmdir()
+            self._dirty.mark_directory(topic_directory.parent)
+        # Recovery dispatches records after the checkpoint; the topic's must all lie before it.
+        self.checkpoint()
+        return True
+
+    def clean_expired(self, now_ms: int, reserved_hours: float, force: bool) -> int:
+        """Delete the oldest expired commit-log segments (or the oldest one when `force`), then
+        the consume-queue files that only point below the new minimum. Returns segments deleted."""
+        self._check_open()
+        segments = self._commit_log.segments
+        candidates = min(len(segments) - 1, limits.RETENTION_SEGMENTS_PER_RUN_MAX)
+        ends = [self._segment_end_timestamp(index) for index in range(max(candidates, 0))]
+        count = segments_to_delete(ends, now_ms, reserved_hours, force)
+        if count:
+            log.info("retention: deleting %d commit-log segment(s) from offset %d", count, segments[0].start)
+            self._commit_log.delete_oldest(count)
+            for queue in self._all_queues():
+                queue.advance_min(self._commit_log.min_offset)
+        return count
+
+    def _segment_end_timestamp(self, index: int) -> int:
+        """The last store time of a sealed segment: that of the first record of the next one,
+        or the file's modification time when that record cannot be read."""
+        segment = self._commit_log.segments[index]
+        if segment.end_timestamp_ms is None:
+            following = self._commit_log.segments[index + 1]
+            timestamp = codec.store_timestamp_of(self._commit_log.read(following.start, HEADER.size))
+            if timestamp is None:
+                timestamp = os.stat(segment.path).st_mtime_ns // 1_000_000
+            segment.end_timestamp_ms = timestamp
+        return segment.end_timestamp_ms
+
+    def disk_usage_ratio(self) -> float:
+        """The used fraction of the filesystem that holds the store, as an unprivileged user sees it."""
+        stats = os.statvfs(self.root)
+        return 1.0 - stats.f_bavail / stats.f_blocks if stats.f_blocks else 0.0
+
+
+class _Redispatcher:
+    """Rebuilds consume-queue entries during recovery, skipping those a queue already has."""
+
+    def __init__(self, store: MessageStore, dispatch_from: int) -> None:
+        self._store = store
+        self._dispatch_from = dispatch_from
+        self._staged: list[ConsumeQueue] = []
+        self.count = 0
+
+    def visit(self, offset: int, size: int, window: memoryview, position: int) -> None:
+        if offset < self._dispatch_from:
+            return
+        fields = codec.dispatch_fields(window, position)
+        queue = self._store._queue(fields.topic, fields.queue_id)
+        expected = queue.next_offset if queue is not None else 0
+        if fields.queue_offset < expected:
+            return
+        if fields.queue_offset > expected:
+            if queue is None or not queue.files:
+                return  # a record of a deleted topic; its queue is not brought back
+            raise QuorumqError(Error.STORE_CORRUPTED, f"consume queue {fields.topic}/{fields.queue_id} ends "
+                               f"at {expected} but the record at {offset} has queue offset "
+                               f"{fields.queue_offset}")
+        queue = queue or self._store._new_queue(fields.topic, fields.queue_id)
+        if queue.next_offset == queue.max_offset:
+            self._staged.append(queue)
+        queue.stage(offset, size, fields.tag_hash)
+        self.count += 1
+        if self.count % _REDISPATCH_WRITE_EVERY == 0:
+            self.write()
+
+    def write(self) -> None:
+        for queue in self._staged:
+            queue.write_staged()
+        self._staged = []
+
+
+def _whole_blank(data: bytes, position: int, size: int) -> bool:
+    """A BLANK copied whole: its header, then zeros up to the end of its segment."""
+    end = position + size
+    return end <= len(data) and data.count(0, position + BLANK_BYTES_MIN, end) == size - BLANK_BYTES_MIN
+
+
+def _encode_properties(properties: Mapping[str, str]) -> bytes:
+    try:
+        return codec.encode_properties(properties)
+    except ValueError as exc:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)) from None
+
+
+def _reject(message: MessageIn, size: int, record_bytes_max: int) -> None:
+    if size > record_bytes_max:
+        raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE, f"a record of {size} bytes does not fit a segment "
+                           f"(at most {record_bytes_max})")
+    if not 0 < len(message.topic.encode()) <= limits.NAME_LENGTH_MAX:
+        raise QuorumqError(Error.ILLEGAL_TOPIC, f"topic name must have 1 to {limits.NAME_LENGTH_MAX} bytes")
+    if not 0 <= message.queue_id < limits.QUEUES_PER_TOPIC_MAX:
+        raise QuorumqError(Error.BAD_REQUEST,
+                           f"queue id {message.queue_id} outside 0..{limits.QUEUES_PER_TOPIC_MAX - 1}")
+    if len(message.born_host.encode()) > limits.HOST_LENGTH_MAX:
+        raise QuorumqError(Error.BAD_REQUEST, f"born host longer than {limits.HOST_LENGTH_MAX} bytes")
+    raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
+                       f"properties longer than {limits.PROPERTIES_BYTES_MAX} bytes")

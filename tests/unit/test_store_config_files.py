@@ -1,0 +1,79 @@
+"""The small JSON stores under <root>/config and the atomic replace they rely on."""
+
+import json
+
+import pytest
+
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import ConsumerOffsets, TopicConfig, TopicConfigs, write_atomically
+
+
+def test_write_atomically_replaces_whole_files(tmp_path):
+    path = tmp_path / "f.json"
+    write_atomically(path, b"one")
+    write_atomically(path, b"two")
+    assert path.read_bytes() == b"two"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]  # no temporary file left behind
+
+
+def test_consumer_offsets_survive_a_restart(tmp_path):
+    offsets = ConsumerOffsets(tmp_path)
+    offsets.load()
+    assert offsets.get("g", "T", 0) is None and not offsets.persist()
+    offsets.set("g", "T", 0, 10)
+    offsets.set("g", "T", 3, 7)
+    offsets.set("h", "U", 1, 0)
+    assert offsets.persist() and not offsets.persist()
+    offsets.set("g", "T", 0, 10)  # unchanged: nothing to write
+    assert not offsets.persist()
+    again = ConsumerOffsets(tmp_path)
+    again.load()
+    assert (again.get("g", "T", 0), again.get("g", "T", 3), again.get("h", "U", 1)) == (10, 7, 0)
+    assert (tmp_path / "config" / "consumerOffset.json").exists()
+    with pytest.raises(QuorumqError):
+        again.set("g", "T", 0, -1)
+
+
+def test_consumer_offsets_refuse_a_damaged_file(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "consumerOffset.json").write_text('{"g": ')
+    with pytest.raises(QuorumqError) as raised:
+        ConsumerOffsets(tmp_path).load()
+    assert raised.value.error is Error.STORE_CORRUPTED
+
+
+def test_topic_configs_persist_every_change(tmp_path):
+    topics = TopicConfigs(tmp_path)
+    topics.load()
+    topics.put(TopicConfig("orders", 8, 8))
+    topics.put(TopicConfig("audit", 4, 2, perm=4))
+    again = TopicConfigs(tmp_path)
+    again.load()
+    assert again.all() == [TopicConfig("audit", 4, 2, 4), TopicConfig("orders", 8, 8, 6)]
+    assert again.delete("orders") and not again.delete("orders")
+    third = TopicConfigs(tmp_path)
+    third.load()
+    assert third.get("orders") is None and third.get("audit").write_queue_nums == 2
+    data = json.loads((tmp_path / "config" / "topics.json").read_text())
+    assert data == {"audit": {"name": "audit", "read_queue_nums": 4, "write_queue_nums": 2, "perm": 4}}
+
+
+def test_topic_config_limits():
+    bad_configs = (("", 1, 1, 6), ("t", 0, 1, 6), ("t", 1, 2000, 6), ("t", 1, 1, 9))
+    for name, read_queues, write_queues, perm in bad_configs:
+        with pytest.raises(QuorumqError):
+            TopicConfig(name, read_queues, write_queues, perm)
+
+
+def test_consumer_offsets_of_a_deleted_topic_are_forgotten(tmp_path):
+    offsets = ConsumerOffsets(tmp_path)
+    offsets.set("g", "T", 0, 5)
+    offsets.set("g", "U", 0, 6)
+    offsets.set("h", "T", 1, 7)
+    assert offsets.topics("g") == ["T", "U"] and offsets.topics("nobody") == []
+    offsets.persist()
+    offsets.delete_topic("T")
+    assert offsets.persist()
+    again = ConsumerOffsets(tmp_path)
+    again.load()
+    assert again.topics("g") == ["U"] and again.topics("h") == [] and again.get("h", "T", 1) is None

@@ -1,0 +1,100 @@
+"""A replica fed the master's raw commit-log bytes ends with identical files, consume queues included."""
+
+import random
+
+import pytest
+from test_store_support import SEGMENT_BYTES, message, open_store, queue_bodies, queue_files, segment_files
+
+from quorumq.errors import Error, QuorumqError
+
+
+def fill_master(store, seed: int) -> None:
+    generator = random.Random(seed)
+    index = 0
+    for _ in range(60):
+        batch = []
+        for _ in range(generator.randint(1, 12)):
+            batch.append(message(index, topic=generator.choice(["A", "B", "C"]),
+                                 queue_id=generator.randrange(3), body_bytes=generator.randint(1, 3000),
+                                 tag=generator.choice([None, "x", "y"])))
+            index += 1
+        store.append(batch)
+
+
+def copy_raw(master, replica, max_bytes: int) -> int:
+    calls = 0
+    while replica.max_offset < master.max_offset:
+        data = master.read_raw(replica.max_offset, max_bytes)
+        assert data, replica.max_offset
+        replica.append_raw(replica.max_offset, data)
+        calls += 1
+    return calls
+
+
+@pytest.mark.parametrize("max_bytes", [1, 5000, 1 << 20])
+def test_replica_gets_identical_commit_log_and_consume_queues(tmp_path, max_bytes):
+    master = open_store(tmp_path / "master", consume_queue_entries_per_file=8)
+    replica = open_store(tmp_path / "replica", consume_queue_entries_per_file=8)
+    fill_master(master, seed=max_bytes)
+    assert copy_raw(master, replica, max_bytes) > 1
+    assert master.read_raw(master.max_offset, max_bytes) == b""
+    master.flush()
+    replica.flush()
+    assert len(segment_files(master.root)) > 2
+    assert [path.read_bytes() for path in segment_files(master.root)] == \
+        [path.read_bytes() for path in segment_files(replica.root)]
+    assert queue_files(master.root) == queue_files(replica.root)
+    for topic in "ABC":
+        for queue_id in range(3):
+            assert queue_bodies(replica, topic, queue_id) == queue_bodies(master, topic, queue_id)
+    master.close()
+    replica.close()
+    assert queue_files(master.root) == queue_files(replica.root)
+
+
+def test_read_raw_returns_whole_records_only(tmp_path):
+    master = open_store(tmp_path / "master")
+    results = master.append([message(i, body_bytes=500) for i in range(10)])
+    starts = [offset for offset, _ in results.offsets]
+    data = master.read_raw(0, starts[3] + 10)
+    assert len(data) == starts[3]
+    assert len(master.read_raw(starts[5], 1)) == starts[6] - starts[5]  # one record even above max_bytes
+    with pytest.raises(QuorumqError) as raised:
+        master.read_raw(master.max_offset + 1, 100)
+    assert raised.value.error is Error.ILLEGAL_OFFSET
+    master.close()
+
+
+def test_append_raw_rejects_bad_bytes_and_wrong_offsets(tmp_path):
+    master = open_store(tmp_path / "master")
+    replica = open_store(tmp_path / "replica")
+    master.append([message(i) for i in range(4)])
+    data = master.read_raw(0, 1 << 20)
+    with pytest.raises(QuorumqError):
+        replica.append_raw(100, data)
+    damaged = bytearray(data)
+    damaged[len(data) // 2] ^= 0xFF
+    with pytest.raises(QuorumqError):
+        replica.append_raw(0, bytes(damaged))
+    with pytest.raises(QuorumqError):
+        replica.append_raw(0, data[:-1])  # a torn last record
+    assert replica.max_offset == 0 and replica.topics() == []
+    second = master.read_raw(len(master.read_raw(0, 1)), 1 << 20)
+    with pytest.raises(QuorumqError):  # skipping a record leaves its queue offset missing
+        replica.append_raw(0, second)
+    assert replica.append_raw(0, data) == master.max_offset
+    assert queue_bodies(replica, "T", 0) == queue_bodies(master, "T", 0)
+    master.close()
+    replica.close()
+
+
+def test_replica_rolls_segments_like_the_master(tmp_path):
+    master = open_store(tmp_path / "master")
+    replica = open_store(tmp_path / "replica")
+    for batch in range(30):
+        master.append([message(batch * 4 + i, body_bytes=2500) for i in range(4)])
+    copy_raw(master, replica, 64 * 1024)
+    assert replica.max_offset == master.max_offset > 3 * SEGMENT_BYTES
+    assert [p.name for p in segment_files(replica.root)] == [p.name for p in segment_files(master.root)]
+    master.close()
+    replica.close()
