@@ -19,6 +19,9 @@ PROPERTIES_BYTES_MAX = 32767  # RocketMQ stores the properties length in a short
 PROPERTY_COUNT_MAX = 128
 TAG_LENGTH_MAX = 255
 KEY_LENGTH_MAX = 255
+KEYS_PER_MESSAGE_MAX = 32
+# Room kept in the properties for what the broker stores itself: message id, tag, keys.
+RESERVED_PROPERTIES_BYTES_MAX = TAG_LENGTH_MAX + KEY_LENGTH_MAX * (KEYS_PER_MESSAGE_MAX + 1) + 64
 
 # One SendMessage request.
 BATCH_MESSAGES_MAX = 1024

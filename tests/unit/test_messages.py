@@ -18,14 +18,19 @@ def message(**system):
 
 def rejected(msg, error):
     with pytest.raises(QuorumqError) as caught:
-        messages.properties_of(msg, max_body_bytes=1024)
+        messages.incoming(msg, max_body_bytes=1024, explicit_queue=False)
     assert caught.value.error is error
     return str(caught.value)
 
 
-def test_properties_of_a_good_message():
-    stored = messages.properties_of(message(tag="TagA", keys=["k1", "k2"], user={"a": "b"}), 1024)
-    assert stored == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ID1", "a": "b"}
+def test_a_good_message_as_the_store_takes_it():
+    good = message(tag="TagA", keys=["k1", "k2"], user={"a": "b"}, queue_id=3, born_host="10.0.0.1")
+    good.system_properties.born_timestamp.FromMilliseconds(1234567)
+    stored = messages.incoming(good, 1024, explicit_queue=True)
+    assert stored.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ID1", "a": "b"}
+    assert (stored.topic, stored.queue_id, stored.body, stored.born_timestamp_ms, stored.born_host) == (
+        "T", 3, b"hello", 1234567, "10.0.0.1")
+    assert messages.incoming(good, 1024, explicit_queue=False).queue_id == -1, "the broker picks the queue"
 
 
 def test_rules():
@@ -39,6 +44,9 @@ def test_rules():
     rejected(message(keys=["has space"]), Error.ILLEGAL_MESSAGE_KEY)
     rejected(message(user={f"k{i}": "v" for i in range(limits.PROPERTY_COUNT_MAX + 1)}),
              Error.MESSAGE_PROPERTIES_TOO_LARGE)
+    rejected(message(user={f"k{i}": "v" * 250 for i in range(limits.PROPERTY_COUNT_MAX - 1)}),
+             Error.MESSAGE_PROPERTIES_TOO_LARGE)
+    rejected(message(keys=[f"k{i}" for i in range(limits.KEYS_PER_MESSAGE_MAX + 1)]), Error.ILLEGAL_MESSAGE_KEY)
 
 
 @pytest.mark.parametrize("kind", [v5.MessageType.FIFO, v5.MessageType.DELAY, v5.MessageType.TRANSACTION])

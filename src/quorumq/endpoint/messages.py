@@ -14,6 +14,7 @@ from quorumq import limits
 from quorumq.core import properties
 from quorumq.endpoint.v5 import resource, resource_name
 from quorumq.errors import Error, QuorumqError
+from quorumq.store import MessageIn
 
 PROPERTY_SEPARATORS = ("\x01", "\x02")
 
@@ -55,8 +56,9 @@ def _check_text(value: str, limit: int, error: Error, what: str) -> None:
         raise QuorumqError(error, f"{what} must be at most {limit} characters without control separators")
 
 
-def properties_of(message: v5.Message, max_body_bytes: int) -> dict[str, str]:
-    """The stored properties of an incoming message, after every check on it."""
+def incoming(message: v5.Message, max_body_bytes: int, explicit_queue: bool) -> MessageIn:
+    """An incoming message as the store takes it, after every check on it (each field read once:
+    this runs for every message sent)."""
     system = message.system_properties
     kind = system.message_type
     if kind != _NORMAL and kind in _UNSUPPORTED_TYPES:
@@ -65,45 +67,64 @@ def properties_of(message: v5.Message, max_body_bytes: int) -> dict[str, str]:
     if system.HasField("delivery_timestamp") or system.HasField("message_group"):
         raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
                            "delay and FIFO (message group) messages are not supported yet")
-    if not message.body:
+    body = message.body
+    if not body:
         raise QuorumqError(Error.MESSAGE_BODY_EMPTY, "message body is empty")
-    if len(message.body) > max_body_bytes:
+    if len(body) > max_body_bytes:
         raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE,
-                           f"body of {len(message.body)} bytes exceeds maxMessageSize={max_body_bytes}")
-    stored: dict[str, str] = {}
-    for key, value in message.user_properties.items():
+                           f"body of {len(body)} bytes exceeds maxMessageSize={max_body_bytes}")
+    message_id = system.message_id
+    if not message_id or len(message_id) > limits.KEY_LENGTH_MAX:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
+    stored = {properties.MESSAGE_ID: message_id}
+    user = message.user_properties
+    if user:
+        _add_user_properties(stored, user)
+    if system.HasField("tag"):
+        stored[properties.TAGS] = _checked_tag(system.tag)
+    keys = system.keys
+    if keys:
+        stored[properties.KEYS] = _checked_keys(keys)
+    if system.body_encoding == _GZIP:
+        stored[properties.BODY_ENCODING] = "GZIP"
+    born = system.born_timestamp
+    return MessageIn(topic=topic_name(message.topic), queue_id=system.queue_id if explicit_queue else -1,
+                     body=body, properties=stored, born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
+                     born_host=system.born_host[:limits.HOST_LENGTH_MAX])
+
+
+def _add_user_properties(stored: dict[str, str], user) -> None:
+    if len(user) + len(stored) > limits.PROPERTY_COUNT_MAX:
+        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {limits.PROPERTY_COUNT_MAX} properties")
+    total = 0
+    for key, value in user.items():
         if not key or key in properties.RESERVED:
             raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
         _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property key")
         _check_text(value, limits.PROPERTIES_BYTES_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property value")
+        total += len(key) + len(value) + 2
         stored[key] = value
-    if system.HasField("tag"):
-        if not system.tag.strip() or "|" in system.tag:
-            raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} must be non-blank without '|'")
-        _check_text(system.tag, limits.TAG_LENGTH_MAX, Error.ILLEGAL_MESSAGE_TAG, "a tag")
-        stored[properties.TAGS] = system.tag
-    if system.keys:
-        for key in system.keys:
-            if not key.strip() or " " in key:
-                raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {key!r} must be non-blank without spaces")
-            _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_KEY, "a key")
-        stored[properties.KEYS] = " ".join(system.keys)
-    if not system.message_id or len(system.message_id) > limits.KEY_LENGTH_MAX:
-        raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
-    stored[properties.MESSAGE_ID] = system.message_id
-    if system.body_encoding == _GZIP:
-        stored[properties.BODY_ENCODING] = "GZIP"
-    if len(stored) > limits.PROPERTY_COUNT_MAX:
-        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {limits.PROPERTY_COUNT_MAX} properties")
-    if sum(len(k) + len(v) + 2 for k, v in stored.items()) > limits.PROPERTIES_BYTES_MAX:
+    if total > limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX:
         raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
-                           f"properties exceed {limits.PROPERTIES_BYTES_MAX} bytes")
-    return stored
+                           f"user properties exceed {limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX}"
+                           " bytes")
 
 
-def born_timestamp_ms(message: v5.Message) -> int:
-    born = message.system_properties.born_timestamp
-    return born.seconds * 1000 + born.nanos // 1_000_000
+def _checked_tag(tag: str) -> str:
+    if not tag.strip() or "|" in tag:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} must be non-blank without '|'")
+    _check_text(tag, limits.TAG_LENGTH_MAX, Error.ILLEGAL_MESSAGE_TAG, "a tag")
+    return tag
+
+
+def _checked_keys(keys) -> str:
+    if len(keys) > limits.KEYS_PER_MESSAGE_MAX:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"more than {limits.KEYS_PER_MESSAGE_MAX} keys")
+    for key in keys:
+        if not key.strip() or " " in key:
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {key!r} must be non-blank without spaces")
+        _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_KEY, "a key")
+    return " ".join(keys)
 
 
 def _timestamp(ms: int) -> Timestamp:

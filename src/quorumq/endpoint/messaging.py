@@ -160,21 +160,21 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes "
                                                       "of bodies")
         results = await self.broker.put(incoming)
-        entries = [v5s.SendResultEntry(status=_entry_status(result), message_id=message.system_properties.message_id,
-                                       offset=max(result.queue_offset, 0))
-                   for message, result in zip(request.messages, results)]
-        first_failure = next((entry.status for entry in entries if entry.status.code != CODE_OK), None)
-        return v5s.SendMessageResponse(status=first_failure or OK, entries=entries)
+        response = v5s.SendMessageResponse()
+        add_entry = response.entries.add  # adding in place copies less than building a list
+        first_failure = None
+        for message, result in zip(request.messages, results):
+            entry_status = _entry_status(result)
+            if first_failure is None and entry_status.code != CODE_OK:
+                first_failure = entry_status
+            add_entry(status=entry_status, message_id=message.system_properties.message_id,
+                      offset=max(result.queue_offset, 0))
+        response.status.CopyFrom(first_failure or OK)
+        return response
 
     def _incoming(self, message: v5.Message, explicit_queue: bool) -> MessageIn | QuorumqError:
         try:
-            properties = messages.properties_of(message, self.broker.config["maxMessageSize"])
-            system = message.system_properties
-            return MessageIn(topic=messages.topic_name(message.topic),
-                             queue_id=system.queue_id if explicit_queue else -1,
-                             body=message.body, properties=properties,
-                             born_timestamp_ms=messages.born_timestamp_ms(message),
-                             born_host=system.born_host[:limits.NAME_LENGTH_MAX])
+            return messages.incoming(message, self.broker.config["maxMessageSize"], explicit_queue)
         except QuorumqError as error:
             return error
 

@@ -1,0 +1,37 @@
+"""Past its bounded queue of work a broker answers TOO_MANY_REQUESTS (the code the official client
+backs off on) and serves again once the queue drains. Runs the broker object on a real store."""
+
+import pytest
+
+from quorumq import limits
+from quorumq.broker.broker import Broker
+from quorumq.clock import Clock
+from quorumq.config import Config, Kind
+from quorumq.errors import Error
+from quorumq.store import MessageIn
+
+
+def message(body: bytes) -> MessageIn:
+    return MessageIn(topic="Busy", queue_id=-1, body=body, properties={"UNIQ_KEY": body.hex()},
+                     born_timestamp_ms=1, born_host="127.0.0.1:1")
+
+
+@pytest.fixture
+async def broker(tmp_path):
+    config = Config(Kind.BROKER, {"storePathRootDir": str(tmp_path), "mappedFileSizeCommitLog": str(1 << 24)})
+    broker = Broker(config, Clock())
+    broker.open()
+    broker.flusher.start()
+    yield broker
+    await broker.close()
+
+
+async def test_too_many_pending_messages_are_refused_then_served(broker):
+    # Messages still waiting for their flush or acks count against the bound.
+    broker.pending_messages = limits.PENDING_SEND_MESSAGES_MAX - 1
+    [refused, _] = [await broker.put([message(b"a"), message(b"b")]) for _ in range(2)]
+    assert all(result.error.error is Error.TOO_MANY_REQUESTS for result in refused)
+    assert broker.store.max_offset == 0, "a refused batch stores nothing"
+    broker.pending_messages = 0
+    [accepted] = await broker.put([message(b"c")])
+    assert accepted.error is None and accepted.queue_offset == 0
