@@ -1,7 +1,9 @@
 """The broker's side of quorumq's cluster protocol: topics, config, status and consumer progress."""
 
 import functools
+import inspect
 import logging
+from typing import Awaitable, Callable
 
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
@@ -19,7 +21,8 @@ def aborts_on_error(handler):
     @functools.wraps(handler)
     async def guarded(self, request, context):
         try:
-            return handler(self, request)
+            result = handler(self, request)
+            return await result if inspect.isawaitable(result) else result
         except QuorumqError as exc:
             await context.abort(exc.error.value.grpc_status, str(exc))
 
@@ -27,20 +30,26 @@ def aborts_on_error(handler):
 
 
 class BrokerAdminService(pb_grpc.BrokerAdminServicer):
-    def __init__(self, broker: Broker) -> None:
+    """`publish_topics` registers the broker's topics with the name servers: a topic change is
+    answered once routes show it, so `updateTopic` then `topicRoute` agree."""
+
+    def __init__(self, broker: Broker, publish_topics: Callable[[], Awaitable[None]]) -> None:
         self.broker = broker
+        self.publish_topics = publish_topics
 
     @aborts_on_error
-    def UpdateTopic(self, request):
+    async def UpdateTopic(self, request):
         check_name(request.name, Error.ILLEGAL_TOPIC, "topic")
         self.broker.update_topic(TopicConfig(request.name, request.read_queue_nums, request.write_queue_nums,
                                              request.perm))
+        await self.publish_topics()
         return pb.Empty()
 
     @aborts_on_error
-    def DeleteTopic(self, request):
+    async def DeleteTopic(self, request):
         self.broker.topic_config(request.topic, create=False)
         self.broker.delete_topic(request.topic)
+        await self.publish_topics()
         log.info("topic %s deleted", request.topic)
         return pb.Empty()
 

@@ -104,7 +104,7 @@ async def serve(config: Config) -> None:
         ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
     ])
     v5_grpc.add_MessagingServiceServicer_to_server(MessagingService(broker, namesrv.route), server)
-    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker), server)
+    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.register), server)
     pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
     address = f"{config['bindAddress']}:{config['listenPort']}"
     server.add_insecure_port(address)
