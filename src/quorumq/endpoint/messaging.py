@@ -30,19 +30,24 @@ POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
 LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
 
 
+def failure_status(exc: Exception, handler_name: str) -> v5.Status:
+    """The status for a failed request: its catalogue entry, or INTERNAL_ERROR for a bug (logged)."""
+    if isinstance(exc, QuorumqError):
+        return error_status(exc)
+    log.error("%s failed", handler_name, exc_info=exc)
+    return status(Error.INTERNAL_ERROR, "the broker failed; see its log")
+
+
 def answers(response_type):
-    """Turn a catalogue error or a bug in a unary handler into a response with a status."""
+    """Turn a failure in a unary handler into a response with a status; the server keeps serving."""
 
     def wrap(handler):
         @functools.wraps(handler)
         async def guarded(self, request, context):
             try:
                 return await handler(self, request, context)
-            except QuorumqError as exc:
-                return response_type(status=error_status(exc))
-            except Exception:
-                log.exception("%s failed", handler.__name__)
-                return response_type(status=status(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+            except Exception as exc:
+                return response_type(status=failure_status(exc, handler.__name__))
 
         return guarded
 
@@ -183,12 +188,8 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request, context):
         try:
             deliveries = await self._receive(request, context)
-        except QuorumqError as exc:
-            yield v5s.ReceiveMessageResponse(status=error_status(exc))
-            return
-        except Exception:
-            log.exception("ReceiveMessage failed")
-            yield v5s.ReceiveMessageResponse(status=status(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+        except Exception as exc:
+            yield v5s.ReceiveMessageResponse(status=failure_status(exc, "ReceiveMessage"))
             return
         if not deliveries:
             yield v5s.ReceiveMessageResponse(status=NO_NEW_MESSAGE)
@@ -271,12 +272,8 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
     async def PullMessage(self, request, context):
         try:
             result = await self._pull(request, context)
-        except QuorumqError as exc:
-            yield v5s.PullMessageResponse(status=error_status(exc))
-            return
-        except Exception:
-            log.exception("PullMessage failed")
-            yield v5s.PullMessageResponse(status=status(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+        except Exception as exc:
+            yield v5s.PullMessageResponse(status=failure_status(exc, "PullMessage"))
             return
         if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:
             yield v5s.PullMessageResponse(status=status(Error.ILLEGAL_OFFSET,
