@@ -20,6 +20,11 @@ CHECKPOINT_INTERVAL_MS = 1000
 _RETRY_AFTER_S = 0.1
 
 
+def _give_up(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
 class Flusher:
     def __init__(self, store: MessageStore, sync_flush: bool, interval_ms: int,
                  checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS) -> None:
@@ -62,13 +67,16 @@ class Flusher:
             return True
         if offset > self._store.max_offset:
             raise ValueError(f"offset {offset} lies past the end of the commit log {self._store.max_offset}")
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         heapq.heappush(self._waiters, (offset, next(self._arrivals), future))
         self._wakeup.set()
+        # A timer rather than asyncio.wait_for, which wraps every wait in a task of its own.
+        timer = loop.call_later(timeout_s, _give_up, future)
         try:
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            return False
+            return await future
+        finally:
+            timer.cancel()
 
     def _release(self, flushed_offset: int) -> None:
         while self._waiters and self._waiters[0][0] <= flushed_offset:
