@@ -41,6 +41,8 @@ class Error(Enum):
     MESSAGE_PROPERTIES_TOO_LARGE = ErrorKind(
         Code.MESSAGE_PROPERTIES_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, False)
     BATCH_TOO_LARGE = ErrorKind(Code.PAYLOAD_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, False)
+    # A record a producer encoded itself (MessageWriter.SendBatch) that fails its framing or CRC.
+    RECORD_CORRUPTED = ErrorKind(Code.MESSAGE_CORRUPTED, grpc.StatusCode.INVALID_ARGUMENT, False)
     TOPIC_NOT_FOUND = ErrorKind(Code.TOPIC_NOT_FOUND, grpc.StatusCode.NOT_FOUND, False)
     CONSUMER_GROUP_NOT_FOUND = ErrorKind(Code.CONSUMER_GROUP_NOT_FOUND, grpc.StatusCode.NOT_FOUND, False)
     BROKER_NOT_FOUND = ErrorKind(Code.NOT_FOUND, grpc.StatusCode.NOT_FOUND, False)

@@ -54,7 +54,7 @@ COMMIT_LOG_SEGMENT_BYTES_DEFAULT = 1024 * MiB  # mappedFileSizeCommitLog
 COMMIT_LOG_SEGMENT_BYTES_MIN = 64 * KiB
 CONSUME_QUEUE_ENTRIES_PER_FILE = 300_000  # RocketMQ's mapedFileSizeConsumeQueue / 20
 RECORD_HEADER_BYTES_MAX = 4 * KiB  # fixed fields plus topic and host strings, properties aside
-HOST_LENGTH_MAX = 255  # the born and store host strings ("ip:port") a record carries
+HOST_LENGTH_MAX = 255  # the born host string ("ip:port") a record carries
 CONSUME_QUEUE_SCAN_ENTRIES_MAX = 16_384  # queue entries one read examines, matched by the tag filter or not
 RETENTION_SEGMENTS_PER_RUN_MAX = 10  # commit-log segments one clean-up run deletes (deleteFileBatchMax)
 
@@ -71,3 +71,29 @@ def check_segment_size(segment_bytes: int, max_message_size: int) -> None:
 
 # Peers.
 CONNECTIONS_PER_BROKER_MAX = 1024
+
+# Replication (master -> slave stream, slave -> master reports).
+# The largest record the store can hold at the largest maxMessageSize. A BLANK that pads a segment
+# end is shorter than the record that did not fit plus a BLANK header, and RECORD_HEADER_BYTES_MAX
+# leaves room for that header, so the same value bounds it.
+RECORD_BYTES_CEILING = MESSAGE_BODY_BYTES_CEILING + PROPERTIES_BYTES_MAX + RECORD_HEADER_BYTES_MAX
+REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT = 32 * KiB  # haTransferBatchSize: data bytes per frame
+REPLICATION_TRANSFER_BATCH_BYTES_MAX = 4 * MiB  # the largest haTransferBatchSize a config may ask for
+# One frame's data: a batch of whole records, or one record alone when it is larger than the batch.
+REPLICATION_FRAME_DATA_BYTES_MAX = max(REPLICATION_TRANSFER_BATCH_BYTES_MAX, RECORD_BYTES_CEILING)
+REPLICATION_FRAME_HEADER_BYTES_MAX = 64  # the largest fixed frame header, names excluded
+REPLICATION_FRAME_BYTES_MAX = REPLICATION_FRAME_HEADER_BYTES_MAX + REPLICATION_FRAME_DATA_BYTES_MAX
+REPLICATION_READ_BYTES = 256 * KiB  # one socket read on either side
+REPLICATION_SLAVES_MAX = 32  # slaves one master streams to at once; more handshakes are refused
+REPLICATION_WAITERS_MAX = PENDING_SEND_MESSAGES_MAX  # puts waiting for slave acks at once
+HA_MAX_GAP_NOT_IN_SYNC_DEFAULT = 256 * MiB  # haMaxGapNotInSync; the seeds' "256K" is a doc error
+HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT = 5000  # haSendHeartbeatInterval: report/heartbeat when idle
+HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT = 20_000  # haHousekeepingInterval: silence closes the connection
+SLAVE_TIMEOUT_MS_DEFAULT = 3000  # slaveTimeout: how long a put waits for slave acks
+HA_RECONNECT_BACKOFF_S_MIN = 0.05  # a slave's first retry after losing its master
+HA_RECONNECT_BACKOFF_S_MAX = 5.0
+
+assert REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT <= REPLICATION_TRANSFER_BATCH_BYTES_MAX
+assert REPLICATION_FRAME_DATA_BYTES_MAX < 1 << 32  # the frame's data length is a u32
+assert HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT < HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT
+assert HA_RECONNECT_BACKOFF_S_MIN < HA_RECONNECT_BACKOFF_S_MAX

@@ -1,14 +1,17 @@
 """Past its bounded queue of work a broker answers TOO_MANY_REQUESTS (the code the official client
-backs off on) and serves again once the queue drains. Runs the broker object on a real store."""
+backs off on) and serves again once the queue drains, on both send paths (v5 SendMessage and
+quorumq's SendBatch). Runs the broker object on a real store."""
 
 import pytest
 
 from quorumq import limits
 from quorumq.broker.broker import Broker
 from quorumq.clock import Clock
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config, Kind
+from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import Error
-from quorumq.store import MessageIn
+from quorumq.store import MessageIn, codec
 
 
 def message(body: bytes) -> MessageIn:
@@ -35,3 +38,25 @@ async def test_too_many_pending_messages_are_refused_then_served(broker):
     broker.pending_messages = 0
     [accepted] = await broker.put([message(b"c")])
     assert accepted.error is None and accepted.queue_offset == 0
+
+
+async def test_encoded_batches_share_the_bound_and_the_answer(broker):
+    # SendBatch goes through the same admission as SendMessage; its refusal is a status, not an abort.
+    writer = MessageWriterService(broker)
+    data = b"".join(encoded(body) for body in (b"a", b"b"))
+    broker.pending_messages = limits.PENDING_SEND_MESSAGES_MAX - 1
+    refused = await writer.SendBatch(pb.SendBatchRequest(topic="Busy", queue_id=0, records=data, count=2), None)
+    assert (refused.status, refused.count) == ("TOO_MANY_REQUESTS", 0) and "retry later" in refused.detail
+    assert broker.store.max_offset == 0, "a refused batch stores nothing"
+    broker.pending_messages = 0
+    accepted = await writer.SendBatch(pb.SendBatchRequest(topic="Busy", queue_id=0, records=data, count=2), None)
+    assert (accepted.status, accepted.first_queue_offset, accepted.count) == ("SEND_OK", 0, 2)
+    assert broker.pending_messages == 0 and broker.stats["msgPutTotal"] == 2
+
+
+def encoded(body: bytes) -> bytes:
+    properties = codec.encode_properties({"UNIQ_KEY": body.hex()})
+    size = codec.record_size(b"Busy", b"127.0.0.1:1", properties, body)
+    record = bytearray(size)
+    codec.encode_record(memoryview(record), 0, size, b"Busy", 0, 0, 0, 1, b"127.0.0.1:1", 0, properties, body)
+    return bytes(record)

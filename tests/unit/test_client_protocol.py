@@ -1,10 +1,8 @@
-"""quorumq's client against a scripted in-process MessagingService: what goes on the wire and how
-answers are read (throttling, partial failures, route refresh, pull streams).
+"""quorumq's client against a scripted in-process broker: what goes on the wire and how answers are
+read (SendBatch records, throttling, refusals, route refresh).
 
 The real broker is tested in tests/integration; here the server's answers are chosen by each test.
 """
-
-import asyncio
 
 import grpc
 import pytest
@@ -13,9 +11,10 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
 
 from harness import free_base_port
-from quorumq.client import (FOUND, NO_NEW_MSG, OFFSET_ILLEGAL, AdminClient, Blocking, ClientError, Message,
-                            Producer, PullConsumer)
+from quorumq.client import AdminClient, ClientError, Message, Producer
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.store import StoredMessage, codec
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
 
@@ -27,17 +26,17 @@ def queue(topic: str, queue_id: int, port: int) -> v5.MessageQueue:
                            accept_message_types=[v5.MessageType.NORMAL])
 
 
-class ScriptedBroker(rpc_grpc.MessagingServiceServicer):
-    """Answers QueryRoute with `queues` queues on `route_ports` (one per call, the last repeating)."""
+class ScriptedBroker(rpc_grpc.MessagingServiceServicer, pb_grpc.MessageWriterServicer):
+    """Answers QueryRoute with `queues` queues on `route_ports` (one per call, the last repeating),
+    and SendBatch with `send_answers`, then SEND_OK from queue offset 0."""
 
     def __init__(self) -> None:
         self.port = 0
         self.queues = 4
         self.route_ports: list[int] = []
         self.route_calls = 0
-        self.sends: list[tuple[rpc.SendMessageRequest, dict]] = []
-        self.send_answers: list[rpc.SendMessageResponse] = []  # scripted answers, then all OK
-        self.offset_answer = rpc.GetOffsetResponse(status=OK)
+        self.sends: list[pb.SendBatchRequest] = []
+        self.send_answers: list[pb.SendBatchResponse] = []
 
     async def QueryRoute(self, request, context):
         ports = self.route_ports or [self.port]
@@ -46,17 +45,23 @@ class ScriptedBroker(rpc_grpc.MessagingServiceServicer):
         return rpc.QueryRouteResponse(status=OK, message_queues=[
             queue(request.topic.name, i, port) for i in range(self.queues)])
 
-    async def SendMessage(self, request, context):
-        self.sends.append((request, dict(context.invocation_metadata())))
+    async def SendBatch(self, request, context):
+        self.sends.append(request)
         if self.send_answers:
             return self.send_answers.pop(0)
-        return rpc.SendMessageResponse(status=OK, entries=[
-            rpc.SendResultEntry(status=v5.Status(code=v5.Code.OK, message="SEND_OK"),
-                                message_id=m.system_properties.message_id, offset=index)
-            for index, m in enumerate(request.messages)])
+        return pb.SendBatchResponse(status="SEND_OK", first_queue_offset=0, count=request.count)
 
-    async def GetOffset(self, request, context):
-        return self.offset_answer
+
+def records_of(request: pb.SendBatchRequest) -> list[StoredMessage]:
+    """The records of a request, each checked as the broker checks it."""
+    view, position, found = memoryview(request.records), 0, []
+    while position < len(view):
+        frame, size = codec.check_detached(view, position)
+        assert frame is codec.Frame.MESSAGE
+        found.append(codec.decode_message(view, position, ""))
+        position += size
+    assert len(found) == request.count
+    return found
 
 
 @pytest.fixture
@@ -64,6 +69,7 @@ async def broker():
     scripted = ScriptedBroker()
     server = grpc.aio.server()
     rpc_grpc.add_MessagingServiceServicer_to_server(scripted, server)
+    pb_grpc.add_MessageWriterServicer_to_server(scripted, server)
     scripted.port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     yield scripted
@@ -74,73 +80,77 @@ def access_point(broker: ScriptedBroker) -> str:
     return f"127.0.0.1:{broker.port}"
 
 
-async def test_send_batch_to_an_explicit_queue_puts_everything_on_the_wire(broker):
+async def test_send_batch_to_an_explicit_queue_puts_records_on_the_wire(broker):
     messages = [Message(f"m{i}".encode(), tag="red", keys=("k1", "k2"), properties={"p": str(i)})
                 for i in range(5)]
     async with Producer(access_point(broker)) as producer:
         results = await producer.send_batch("orders", messages, queue_id=2)
-    [(request, metadata)] = broker.sends
-    assert metadata["x-quorumq-explicit-queue"] == "1"
-    assert [m.body for m in request.messages] == [m.body for m in messages]
-    first = request.messages[0]
-    assert first.topic.name == "orders" and first.user_properties == {"p": "0"}
-    properties = first.system_properties
-    assert (properties.queue_id, properties.tag, list(properties.keys)) == (2, "red", ["k1", "k2"])
-    assert properties.message_type == v5.MessageType.NORMAL
-    assert properties.body_encoding == v5.Encoding.IDENTITY
-    assert properties.born_timestamp.seconds > 0 and properties.born_host
+    [request] = broker.sends
+    assert (request.topic, request.queue_id, request.count) == ("orders", 2, 5)
+    records = records_of(request)
+    assert [m.body for m in records] == [m.body for m in messages]
+    first = records[0]
+    assert (first.topic, first.queue_id) == ("orders", 2) and first.born_timestamp_ms > 0 and first.born_host
+    assert (first.queue_offset, first.commit_log_offset, first.store_timestamp_ms) == (0, 0, 0), "for the broker"
+    assert first.properties == {"UNIQ_KEY": results[0].message_id, "p": "0", "TAGS": "red", "KEYS": "k1 k2"}
     assert [r.status for r in results] == ["SEND_OK"] * 5
     assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
-    assert [r.message_id for r in results] == [m.system_properties.message_id for m in request.messages]
+    assert [r.message_id for r in results] == [m.properties["UNIQ_KEY"] for m in records]
     assert {(r.queue_id, r.broker_name) for r in results} == {(2, "broker-a")}
 
 
 async def test_requests_go_round_robin_over_the_writable_queues(broker):
     async with Producer(access_point(broker), batch_messages=10) as producer:
         results = await producer.send_batch("orders", [Message(b"x")] * 40)
-    queue_ids = sorted(request.messages[0].system_properties.queue_id for request, _ in broker.sends)
-    assert queue_ids == [0, 1, 2, 3]
-    assert all(len(request.messages) == 10 for request, _ in broker.sends)
+    assert sorted(request.queue_id for request in broker.sends) == [0, 1, 2, 3]
+    assert all({m.queue_id for m in records_of(request)} == {request.queue_id} for request in broker.sends)
+    assert all(request.count == 10 for request in broker.sends)
     assert len(results) == 40 and all(r.ok for r in results)
 
 
-async def test_throttled_messages_are_retried_with_the_same_ids(broker):
-    throttled = rpc.SendMessageResponse(status=v5.Status(code=v5.Code.TOO_MANY_REQUESTS,
-                                                         message="TOO_MANY_REQUESTS: busy"))
+async def test_throttled_requests_are_retried_with_the_same_ids(broker):
+    throttled = pb.SendBatchResponse(status="TOO_MANY_REQUESTS", detail="busy")
     broker.send_answers = [throttled, throttled]
     async with Producer(access_point(broker)) as producer:
         results = await producer.send_batch("orders", [Message(b"a"), Message(b"b")], queue_id=0)
     assert len(broker.sends) == 3
-    ids = [[m.system_properties.message_id for m in request.messages] for request, _ in broker.sends]
+    ids = [[m.properties["UNIQ_KEY"] for m in records_of(request)] for request in broker.sends]
     assert ids[0] == ids[1] == ids[2]
     assert [r.status for r in results] == ["SEND_OK", "SEND_OK"]
 
 
-async def test_only_throttled_entries_are_sent_again(broker):
-    busy = v5.Status(code=v5.Code.TOO_MANY_REQUESTS, message="TOO_MANY_REQUESTS: busy")
-    broker.send_answers = [rpc.SendMessageResponse(status=busy, entries=[
-        rpc.SendResultEntry(status=v5.Status(code=v5.Code.OK, message="SEND_OK"), offset=7),
-        rpc.SendResultEntry(status=busy)])]
-    async with Producer(access_point(broker)) as producer:
+async def test_throttling_past_the_retry_time_comes_back_as_results(broker):
+    broker.send_answers = [pb.SendBatchResponse(status="TOO_MANY_REQUESTS", detail="busy")] * 100
+    async with Producer(access_point(broker), retry_s=0.05) as producer:
         results = await producer.send_batch("orders", [Message(b"a"), Message(b"b")], queue_id=0)
-    assert [m.body for m in broker.sends[1][0].messages] == [b"b"]
-    assert [(r.status, r.queue_offset) for r in results] == [("SEND_OK", 7), ("SEND_OK", 0)]
+    assert [(r.status, r.queue_offset, r.detail, r.ok) for r in results] == [
+        ("TOO_MANY_REQUESTS", -1, "busy", False)] * 2
 
 
-async def test_failed_entries_and_refused_requests_carry_their_names(broker):
+async def test_a_message_breaking_a_rule_is_refused_here_and_the_rest_are_sent(broker):
+    messages = [Message(b"a"), Message(b""), Message(b"c", tag="x|y"), Message(b"d", properties={"UNIQ_KEY": "mine"}),
+                Message(b"e")]
+    broker.send_answers = [pb.SendBatchResponse(status="SEND_OK", first_queue_offset=7, count=2)]
+    async with Producer(access_point(broker)) as producer:
+        results = await producer.send_batch("orders", messages, queue_id=1)
+    [request] = broker.sends
+    assert [m.body for m in records_of(request)] == [b"a", b"e"]
+    assert [(r.status, r.queue_offset) for r in results] == [
+        ("SEND_OK", 7), ("MESSAGE_BODY_EMPTY", -1), ("ILLEGAL_MESSAGE_TAG", -1), ("ILLEGAL_MESSAGE_PROPERTY_KEY", -1),
+        ("SEND_OK", 8)]
+    assert len({r.message_id for r in results}) == 5 and all(r.queue_id == 1 for r in results)
+
+
+async def test_stored_statuses_and_refusals_carry_their_names(broker):
     broker.send_answers = [
-        rpc.SendMessageResponse(
-            status=v5.Status(code=v5.Code.SLAVE_PERSISTENCE_TIMEOUT, message="FLUSH_SLAVE_TIMEOUT: no ack"),
-            entries=[rpc.SendResultEntry(status=v5.Status(code=v5.Code.OK, message="SEND_OK"), offset=3),
-                     rpc.SendResultEntry(status=v5.Status(code=v5.Code.SLAVE_PERSISTENCE_TIMEOUT,
-                                                          message="FLUSH_SLAVE_TIMEOUT: no ack"), offset=4)]),
-        rpc.SendMessageResponse(status=v5.Status(code=v5.Code.ILLEGAL_TOPIC, message="ILLEGAL_TOPIC: bad name"))]
+        pb.SendBatchResponse(status="FLUSH_SLAVE_TIMEOUT", first_queue_offset=3, count=2),
+        pb.SendBatchResponse(status="ILLEGAL_TOPIC", detail="bad name")]
     async with Producer(access_point(broker)) as producer:
         first = await producer.send_batch("orders", [Message(b"a"), Message(b"b")], queue_id=0)
         second = await producer.send_batch("orders", [Message(b"c")], queue_id=0)
-    assert [(r.status, r.queue_offset, r.detail) for r in first] == [
-        ("SEND_OK", 3, ""), ("FLUSH_SLAVE_TIMEOUT", 4, "no ack")]
-    assert [(r.status, r.queue_offset, r.ok) for r in second] == [("ILLEGAL_TOPIC", -1, False)]
+    assert [(r.status, r.queue_offset, r.ok) for r in first] == [
+        ("FLUSH_SLAVE_TIMEOUT", 3, False), ("FLUSH_SLAVE_TIMEOUT", 4, False)]
+    assert [(r.status, r.queue_offset, r.detail, r.ok) for r in second] == [("ILLEGAL_TOPIC", -1, "bad name", False)]
 
 
 async def test_a_broker_that_does_not_answer_makes_the_producer_ask_the_route_again(broker):

@@ -26,13 +26,13 @@ def records() -> bytes:
 
 
 def test_records_decode_to_messages(records):
-    messages = _decode_records(records, "broker-a")
+    messages = _decode_records(records, "broker-a", "127.0.0.1:1")
     assert [(m.queue_offset, m.body, m.message_id) for m in messages] == [
         (0, b"body-0", "ID0"), (1, b"body-1", "ID1"), (2, b"body-2", "ID2")]
     first = messages[0]
     assert (first.topic, first.queue_id, first.tag, first.keys, first.properties, first.broker_name) == (
         "T", 2, "red", ("k1", "k2"), {"color": "x"}, "broker-a")
-    assert first.born_timestamp_ms == 7 and first.store_timestamp_ms > 0
+    assert first.born_timestamp_ms == 7 and first.store_timestamp_ms > 0 and first.store_host == "127.0.0.1:1"
 
 
 @pytest.mark.parametrize("position", [40, 120, -3])
@@ -40,10 +40,10 @@ def test_a_flipped_byte_is_caught(records, position):
     damaged = bytearray(records)
     damaged[position] ^= 0xFF
     with pytest.raises(ClientError) as raised:
-        _decode_records(bytes(damaged), "broker-a")
+        _decode_records(bytes(damaged), "broker-a", "127.0.0.1:1")
     assert raised.value.name == "MESSAGE_CORRUPTED"
 
 
 def test_a_cut_record_is_caught(records):
     with pytest.raises(ClientError):
-        _decode_records(records[:-5], "broker-a")
+        _decode_records(records[:-5], "broker-a", "127.0.0.1:1")

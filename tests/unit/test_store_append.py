@@ -57,8 +57,7 @@ def test_record_ending_exactly_at_segment_end_needs_no_blank(tmp_path):
     store = open_store(tmp_path / "s")
     store.append([message(0)])
     probe = message(1)
-    overhead = codec.HEADER.size + len(b"T") + len(probe.born_host) + len(b"10.0.0.1:10911") \
-        + len(codec.encode_properties(probe.properties))
+    overhead = codec.HEADER.size + len(b"T") + len(probe.born_host) + len(codec.encode_properties(probe.properties))
     filler = message(1, body_bytes=SEGMENT_BYTES - store.max_offset - overhead)
     result = store.append([filler, message(2)])  # in one batch: the second starts the next segment
     assert result.offsets == [(SEGMENT_BYTES - filler_size(filler), 1), (SEGMENT_BYTES, 2)]
@@ -71,8 +70,8 @@ def test_record_ending_exactly_at_segment_end_needs_no_blank(tmp_path):
 
 
 def filler_size(filler) -> int:
-    return codec.record_size(b"T", filler.born_host.encode(), b"10.0.0.1:10911",
-                             codec.encode_properties(filler.properties), filler.body)
+    return codec.record_size(b"T", filler.born_host.encode(), codec.encode_properties(filler.properties),
+                             filler.body)
 
 
 def test_bad_message_rejects_the_whole_batch(tmp_path):
@@ -242,7 +241,7 @@ def test_get_records_returns_checked_whole_records(tmp_path):
     while position < len(batch):
         frame, size = codec.check_detached(batch, position)
         assert frame is Frame.MESSAGE
-        decoded.append(codec.decode_message(batch, position))
+        decoded.append(codec.decode_message(batch, position, "reader's"))
         position += size
     assert [m.queue_offset for m in decoded] == [1, 3]
     assert [m.body for m in decoded] == [message(1).body, message(3).body]

@@ -10,7 +10,7 @@ from test_store_support import (SEGMENT_BYTES, crash_copy, message, new_store, o
                                 segment_files)
 
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import Damage, classify_damage
+from quorumq.store import Damage, classify_damage, codec
 from quorumq.store.codec import Frame
 from quorumq.store.consume_queue import ENTRY_SIZE
 
@@ -255,4 +255,37 @@ def test_lost_durable_consume_queue_entries_stop_the_open(tmp_path):
     with pytest.raises(QuorumqError) as raised:
         new_store(copy_root).open()
     assert raised.value.error is Error.STORE_CORRUPTED
+    store.close()
+
+
+def flip_queue_offset(root, victim) -> None:
+    """Damage the queue offset of a record: it lies outside the CRC, so the frame check passes."""
+    position = victim.commit_log_offset % SEGMENT_BYTES + codec.ASSIGNED_POSITION + 7  # its low byte
+    path = segment_of(root, victim.commit_log_offset)
+    damage(path, position, bytes([path.read_bytes()[position] ^ 0x04]))
+
+
+def test_a_damaged_queue_offset_stops_recovery_dispatch(tmp_path):
+    store = open_store(tmp_path / "s")
+    expected = fill(store, seed=11)  # no checkpoint since the open: recovery dispatches everything again
+    copy_root = crash_copy(store, tmp_path / "copy")
+    victim = [m for m in expected if (m.topic, m.queue_id) == ("A", 0)][5]
+    flip_queue_offset(copy_root, victim)
+    with pytest.raises(QuorumqError) as raised:
+        new_store(copy_root).open()
+    assert raised.value.error is Error.STORE_CORRUPTED and "queue offset" in raised.value.detail
+    store.close()
+
+
+def test_a_damaged_queue_offset_is_refused_on_read(tmp_path):
+    store = open_store(tmp_path / "s")
+    expected = fill(store, seed=12, batches=6)
+    store.close()  # clean: the next open dispatches nothing again, so only a read meets the record
+    victim = expected[2]
+    flip_queue_offset(store.root, victim)
+    assert store.open().corrupt_offset is None
+    result = store.get_messages(victim.topic, victim.queue_id, 0, 64, 1 << 20)
+    assert all(m.commit_log_offset < victim.commit_log_offset for m in result.messages)
+    assert store.corrupt_offset == victim.commit_log_offset
+    assert_refuses_past(store, victim, expected)
     store.close()

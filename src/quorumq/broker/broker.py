@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable, Iterable
 
 from quorumq import limits
 from quorumq.broker.consumers import ConsumerGroups, read_messages
@@ -141,16 +142,19 @@ class Broker:
 
     # The send path.
 
-    def _choose_queue(self, message: MessageIn) -> None:
-        config = self.topic_config(message.topic, create=True)
+    def _writable_queue(self, topic: str, queue_id: int) -> int:
+        """The queue a send goes to: `queue_id`, or when it is negative the topic's next queue round
+        robin. The topic is created when the config allows it, and must be writable here."""
+        config = self.topic_config(topic, create=True)
         if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
-            raise QuorumqError(Error.NO_PERMISSION, f"topic {message.topic} is not writable on this broker")
-        if message.queue_id < 0:
-            turn = self._round_robin.get(message.topic, 0)
-            self._round_robin[message.topic] = turn + 1
-            message.queue_id = turn % config.write_queue_nums
-        elif message.queue_id >= config.write_queue_nums:
-            raise QuorumqError(Error.BAD_REQUEST, f"topic {message.topic} has no writable queue {message.queue_id}")
+            raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
+        if queue_id < 0:
+            turn = self._round_robin.get(topic, 0)
+            self._round_robin[topic] = turn + 1
+            return turn % config.write_queue_nums
+        if queue_id >= config.write_queue_nums:
+            raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
+        return queue_id
 
     async def put(self, messages: list[MessageIn | QuorumqError]) -> list[PutResult]:
         """Append what passed the checks with one write; wait for the flush the config asks for."""
@@ -160,23 +164,32 @@ class Broker:
             if results[index] is not None:
                 continue
             try:
-                self._choose_queue(message)
+                message.queue_id = self._writable_queue(message.topic, message.queue_id)
                 accepted.append((index, message))
             except QuorumqError as error:
                 results[index] = PutResult(None, error=error)
         if accepted:
+            batch = [message for _, message in accepted]
             try:
-                status, appended = await self._append([message for _, message in accepted])
+                status, appended = await self._append(len(batch), {message.topic for message in batch},
+                                                      lambda: self.store.append(batch))
             except QuorumqError as error:  # refused whole: disk full, overload, a store that stopped
                 for index, _ in accepted:
                     results[index] = PutResult(None, error=error)
                 return results
             for (index, message), (_, queue_offset) in zip(accepted, appended.offsets):
                 results[index] = PutResult(status, message.queue_id, queue_offset)
-            for topic in {message.topic for _, message in accepted}:
-                self.arrivals.notify(topic)
-            self.stats["msgPutTotal"] += len(accepted)
         return results
+
+    async def put_encoded(self, topic: str, queue_id: int, records: bytes, count: int) -> tuple[PutStatus, int]:
+        """Append records a producer encoded for one queue (store.append_encoded), through the same
+        admission and flush wait as `put`. Returns the status and the first record's queue offset;
+        a refusal raises, since the records are stored all or none."""
+        queue_id = self._writable_queue(topic, queue_id)
+        max_body_bytes = self.config["maxMessageSize"]
+        status, appended = await self._append(
+            count, (topic,), lambda: self.store.append_encoded(topic, queue_id, records, count, max_body_bytes))
+        return status, appended.offsets[0][1]
 
     def _admit(self, count: int) -> None:
         if not self.writable:
@@ -188,18 +201,25 @@ class Broker:
             raise QuorumqError(Error.TOO_MANY_REQUESTS, f"more than {limits.PENDING_SEND_MESSAGES_MAX} messages "
                                                         "wait to be stored; retry later")
 
-    async def _append(self, batch: list[MessageIn]) -> tuple[PutStatus, AppendResult]:
-        self._admit(len(batch))
-        self.pending_messages += len(batch)
+    async def _append(self, count: int, topics: Iterable[str],
+                      store_append: Callable[[], AppendResult]) -> tuple[PutStatus, AppendResult]:
+        """Every send path's append: admission against the pending bound, `store_append` (one write
+        of `count` messages), the flush wait the config asks for, then wake the topics' long polls."""
+        self._admit(count)
+        self.pending_messages += count
         try:
-            appended = self.store.append(batch)
+            appended = store_append()
+            status = PutStatus.PUT_OK
             if self.config["flushDiskType"] == "SYNC_FLUSH":
                 timeout_s = self.config["syncFlushTimeout"] / 1000
                 if not await self.flusher.wait_flushed(appended.end_offset, timeout_s):
-                    return PutStatus.FLUSH_DISK_TIMEOUT, appended
-            return PutStatus.PUT_OK, appended
+                    status = PutStatus.FLUSH_DISK_TIMEOUT
         finally:
-            self.pending_messages -= len(batch)
+            self.pending_messages -= count
+        for topic in topics:
+            self.arrivals.notify(topic)
+        self.stats["msgPutTotal"] += count
+        return status, appended
 
     # Housekeeping.
 

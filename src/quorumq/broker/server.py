@@ -8,7 +8,7 @@ import signal
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from quorumq import limits
+from quorumq import heap, limits
 from quorumq.broker.admin import BrokerAdminService
 from quorumq.broker.broker import Broker
 from quorumq.clock import Clock
@@ -17,6 +17,7 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.endpoint.messaging import MessagingService
 from quorumq.endpoint.reader import MessageReaderService
+from quorumq.endpoint.writer import MessageWriterService
 
 log = logging.getLogger("quorumq.broker")
 
@@ -95,6 +96,7 @@ async def _every(interval_ms, action) -> None:
 
 
 async def serve(config: Config) -> None:
+    heap.keep_freed_memory()
     clock = Clock()
     broker = Broker(config, clock)
     broker.open()
@@ -106,6 +108,7 @@ async def serve(config: Config) -> None:
     v5_grpc.add_MessagingServiceServicer_to_server(MessagingService(broker, namesrv.route), server)
     pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.register), server)
     pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
+    pb_grpc.add_MessageWriterServicer_to_server(MessageWriterService(broker), server)
     address = f"{config['bindAddress']}:{config['listenPort']}"
     server.add_insecure_port(address)
     await server.start()

@@ -54,8 +54,9 @@ def _tags(expression: str) -> frozenset[str] | None:
     return None if not tags or "*" in tags else tags
 
 
-def _decode_records(records: bytes, broker_name: str) -> list[ReceivedMessage]:
-    """Whole commit-log records back to back, each checked against its CRC before it is decoded."""
+def _decode_records(records: bytes, broker_name: str, store_host: str) -> list[ReceivedMessage]:
+    """Whole commit-log records back to back, each checked against its CRC before it is decoded;
+    `store_host` is the address of the broker that answered (records do not carry it)."""
     view = memoryview(records)
     messages = []
     position = 0
@@ -63,7 +64,7 @@ def _decode_records(records: bytes, broker_name: str) -> list[ReceivedMessage]:
         frame, size = codec.check_detached(view, position)
         if frame is not codec.Frame.MESSAGE:
             raise ClientError("MESSAGE_CORRUPTED", f"a pulled record fails its check ({frame.name})")
-        stored = codec.decode_message(view, position)
+        stored = codec.decode_message(view, position, store_host)
         properties = stored.properties
         messages.append(ReceivedMessage(
             topic=stored.topic, queue_id=stored.queue_id, queue_offset=stored.queue_offset,
@@ -119,7 +120,7 @@ class PullConsumer:
         async def pull_from(queue: RouteQueue) -> PullResult:
             stub = self._channels.reader(queue.address)
             response = await call(stub.PullBatch, request, long_poll_s + self._timeout_s, self._channels.metadata)
-            messages = [message for message in _decode_records(response.records, queue.broker_name)
+            messages = [message for message in _decode_records(response.records, queue.broker_name, queue.address)
                         if tags is None or message.tag in tags]
             return PullResult(pb.PullStatus.Name(response.status), messages, response.next_offset)
 

@@ -1,7 +1,11 @@
-"""The batch producer: many messages per SendMessage request and several requests in flight.
+"""The batch producer: many messages per request and several requests in flight.
 
 A Python gRPC server spends hundreds of microseconds per call, so throughput comes from packing
 up to BATCH_MESSAGES_MAX messages into one request and keeping a window of requests on the wire.
+Each request is one queue's messages encoded here as whole commit-log records (store/codec.py)
+and sent with cluster.proto MessageWriter.SendBatch: the broker checks each record's CRC, patches
+the offsets it assigns and appends the request with one write, instead of parsing and re-encoding
+every message as the v5 SendMessage needs.
 """
 
 import asyncio
@@ -11,25 +15,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from google.protobuf.timestamp_pb2 import Timestamp
-from rocketmq.grpc_protocol import definition_pb2 as v5
-from rocketmq.grpc_protocol import service_pb2 as rpc
-
 from quorumq import limits
-from quorumq.client.errors import ClientError, code_name, split_name
+from quorumq.client.errors import ClientError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call, local_host
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.message_rules import check_body, stored_properties
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import codec
 
 SEND_OK = "SEND_OK"
-# Tells the broker to store each message in its system_properties.queue_id (the producer picks queues).
-EXPLICIT_QUEUE = ("x-quorumq-explicit-queue", "1")
 # Framing and system properties of one message, counted against BATCH_BYTES_MAX with its body.
 MESSAGE_OVERHEAD_BYTES = 256
 SEND_ATTEMPTS_MAX = 3  # tries of one request against brokers that do not answer
 BACKOFF_MIN_S = 0.01
 BACKOFF_MAX_S = 1.0
-# Enum values read once: look-ups through the generated wrappers are slow per message.
-_CODE_OK = v5.Code.OK
-_CODE_TOO_MANY_REQUESTS = v5.Code.TOO_MANY_REQUESTS
+_THROTTLED = Error.TOO_MANY_REQUESTS.name
 
 
 @dataclass
@@ -44,8 +44,14 @@ class Message:
             self.keys = (self.keys,)
 
     def size(self) -> int:
-        extras = sum(len(k) for k in self.keys) + sum(len(k) + len(v) for k, v in self.properties.items())
-        return len(self.body) + len(self.tag or "") + extras + MESSAGE_OVERHEAD_BYTES
+        size = len(self.body) + MESSAGE_OVERHEAD_BYTES
+        if self.tag:
+            size += len(self.tag)
+        if self.keys:  # the sums are skipped for plain messages: this runs for every message sent
+            size += sum(len(k) for k in self.keys)
+        if self.properties:
+            size += sum(len(k) + len(v) for k, v in self.properties.items())
+        return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +119,9 @@ class Producer:
         self._batch_messages = batch_messages
         self._timeout_s = timeout_s
         self._retry_s = retry_s  # how long throttled (TOO_MANY_REQUESTS) messages are retried
-        self._metadata = self._channels.metadata + (EXPLICIT_QUEUE,)
         self._next_queue = itertools.count()
-        self._host = local_host()
+        self._host = local_host().encode()[:limits.HOST_LENGTH_MAX]
+        self._encoder = RecordEncoder()  # shared: encoding never awaits, so no two requests meet in it
 
     async def __aenter__(self) -> "Producer":
         return self
@@ -138,7 +144,9 @@ class Producer:
         and only each request keeps its order. With queue_id every message goes to that queue (on
         broker_name, or the first broker by name that has it) and is stored in the order given: the
         requests go one after another, since the broker may handle requests in flight in any order.
-        Per-message failures come back as results; a request no broker answers raises ClientError.
+        Per-message failures come back as results: a message that breaks a rule here, or a request
+        the broker refused (it stores a request's messages all or none). A request no broker
+        answers raises ClientError.
         """
         runs = batches(messages, self._batch_messages, limits.BATCH_BYTES_MAX)
         if queue_id is None:
@@ -150,53 +158,52 @@ class Producer:
     async def _send_run(self, topic: str, messages: Sequence[Message], queue_id: int | None,
                         broker_name: str | None) -> list[SendResult]:
         ids = [new_message_id() for _ in messages]  # the same ids on every retry
+        accepted: list[tuple[int, bytes, bytes]] = []  # (index, encoded properties, body)
+        refused: list[tuple[int, QuorumqError]] = []
+        for index, message in enumerate(messages):
+            try:
+                accepted.append((index, _encoded_properties(message, ids[index]), message.body))
+            except QuorumqError as error:  # the broker would refuse it the same way
+                refused.append((index, error))
         results: list[SendResult | None] = [None] * len(messages)
-        pending = list(range(len(messages)))
+        queue = await self._send_records(topic, queue_id, broker_name, accepted, ids, results)
+        for index, error in refused:
+            results[index] = SendResult(error.error.name, ids[index], queue.queue_id, -1, queue.broker_name,
+                                        error.detail)
+        return results
+
+    async def _send_records(self, topic: str, queue_id: int | None, broker_name: str | None,
+                            accepted: list[tuple[int, bytes, bytes]], ids: list[str],
+                            results: list[SendResult | None]) -> RouteQueue:
+        """Send the accepted messages as one SendBatch, again while the broker answers
+        TOO_MANY_REQUESTS (within retry_s) or does not answer; returns the queue last used."""
         deadline = time.monotonic() + self._retry_s
         backoff_s, attempts = BACKOFF_MIN_S, 0
-        while pending:
+        request = None
+        while True:
             queue = await self._pick_queue(topic, queue_id, broker_name)
-            request = self._request(topic, queue, [messages[i] for i in pending], [ids[i] for i in pending])
+            if not accepted:
+                return queue
+            if request is None or request.queue_id != queue.queue_id:  # records name their queue
+                records = self._encoder.encode(topic.encode(), queue.queue_id, time.time_ns() // 1_000_000,
+                                               self._host, accepted)
+                request = pb.SendBatchRequest(topic=topic, queue_id=queue.queue_id, records=records,
+                                              count=len(accepted))
             try:
                 async with self._window:
-                    response = await call(self._channels.messaging(queue.address).SendMessage, request,
-                                          self._timeout_s, self._metadata)
+                    response = await call(self._channels.writer(queue.address).SendBatch, request,
+                                          self._timeout_s, self._channels.metadata)
             except ClientError as error:
                 attempts += 1
                 if not error.unreachable or attempts == SEND_ATTEMPTS_MAX:
                     raise
                 self._routes.forget(topic)  # the broker may have moved or failed over
                 continue
-            pending = self._record(response, queue, pending, ids, results)
-            if pending:
-                if time.monotonic() + backoff_s > deadline:
-                    break
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(2 * backoff_s, BACKOFF_MAX_S)
-        return results
-
-    @staticmethod
-    def _record(response: rpc.SendMessageResponse, queue: RouteQueue, pending: list[int],
-                ids: list[str], results: list[SendResult | None]) -> list[int]:
-        """Store the results of one answer; return the indexes throttled with TOO_MANY_REQUESTS."""
-        entries = response.entries
-        if not entries:  # the whole request was refused
-            entries = [rpc.SendResultEntry(status=response.status, offset=-1)] * len(pending)
-        elif len(entries) != len(pending):
-            raise ClientError("INTERNAL_ERROR", f"{len(entries)} send results for {len(pending)} messages")
-        throttled = []
-        for index, entry in zip(pending, entries):
-            status = entry.status
-            code = status.code
-            if code == _CODE_OK and status.message == SEND_OK:  # the common case, without parsing
-                name, detail = SEND_OK, ""
-            else:
-                name, detail = split_name(status.message, SEND_OK if code == _CODE_OK else code_name(code))
-            results[index] = SendResult(name, entry.message_id or ids[index], queue.queue_id, entry.offset,
-                                        queue.broker_name, detail)
-            if code == _CODE_TOO_MANY_REQUESTS:
-                throttled.append(index)
-        return throttled
+            _record(response, queue, accepted, ids, results)
+            if response.status != _THROTTLED or time.monotonic() + backoff_s > deadline:
+                return queue
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(2 * backoff_s, BACKOFF_MAX_S)
 
     async def _pick_queue(self, topic: str, queue_id: int | None, broker_name: str | None) -> RouteQueue:
         if queue_id is not None:
@@ -208,26 +215,52 @@ class Producer:
             raise ClientError(name, f"topic {topic} has no writable queue")
         return writable[next(self._next_queue) % len(writable)]
 
-    def _request(self, topic: str, queue: RouteQueue, messages: Sequence[Message],
-                 ids: Sequence[str]) -> rpc.SendMessageRequest:
-        born = Timestamp()
-        born.FromNanoseconds(time.time_ns() // 1_000_000 * 1_000_000)
-        # Copying one prepared message is faster than setting the shared fields one by one.
-        template = v5.Message(topic=v5.Resource(name=topic), system_properties=v5.SystemProperties(
-            message_type=v5.MessageType.NORMAL, born_timestamp=born, born_host=self._host,
-            body_encoding=v5.Encoding.IDENTITY, queue_id=queue.queue_id))
-        request = rpc.SendMessageRequest()
-        add = request.messages.add
-        for message, message_id in zip(messages, ids):
-            proto = add()
-            proto.CopyFrom(template)
-            proto.body = message.body
-            properties = proto.system_properties
-            properties.message_id = message_id
-            if message.tag:
-                properties.tag = message.tag
-            if message.keys:
-                properties.keys.extend(message.keys)
-            if message.properties:
-                proto.user_properties.update(message.properties)
-        return request
+
+def _encoded_properties(message: Message, message_id: str) -> bytes:
+    """The message's properties as the broker stores them, after the rules the broker applies."""
+    check_body(message.body, limits.MESSAGE_BODY_BYTES_CEILING)  # the broker checks its maxMessageSize
+    return codec.encode_properties(stored_properties(message_id, message.properties, message.tag or None,
+                                                     message.keys))
+
+
+def _record(response: pb.SendBatchResponse, queue: RouteQueue, accepted: list[tuple[int, bytes, bytes]],
+            ids: list[str], results: list[SendResult | None]) -> None:
+    """Store the results of one answer: the broker stores a request's records all or none."""
+    stored = response.count > 0
+    if stored and response.count != len(accepted):
+        raise ClientError("INTERNAL_ERROR", f"{response.count} records stored of {len(accepted)} sent")
+    status, detail, first = response.status, response.detail, response.first_queue_offset
+    queue_id, broker_name = queue.queue_id, queue.broker_name
+    for position, (index, _, _) in enumerate(accepted):
+        results[index] = SendResult(status, ids[index], queue_id, first + position if stored else -1, broker_name,
+                                    detail)
+
+
+class RecordEncoder:
+    """Encodes a request's messages as commit-log records into one buffer it keeps: fresh memory is
+    slow to touch, and the encoding ends with a copy into the request's own bytes anyway."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray(1 << 20)
+        self._view = memoryview(self._buffer)
+
+    def encode(self, topic: bytes, queue_id: int, born_timestamp_ms: int, born_host: bytes,
+               messages: Sequence[tuple[int, bytes, bytes]]) -> bytes:
+        """(index, encoded properties, body) as records for the broker to fill in (codec.encode_record
+        with the assigned fields at 0), back to back."""
+        record_size, encode_record = codec.record_size, codec.encode_record
+        position = 0
+        for _, properties, body in messages:
+            size = record_size(topic, born_host, properties, body)
+            if position + size > len(self._buffer):
+                self._grow(position + size)
+            encode_record(self._view, position, size, topic, queue_id, 0, 0, born_timestamp_ms, born_host, 0,
+                          properties, body)
+            position += size
+        return self._view[:position].tobytes()
+
+    def _grow(self, size: int) -> None:
+        grown = bytearray(max(size, 2 * len(self._buffer)))
+        grown[:len(self._buffer)] = self._view
+        self._view.release()
+        self._buffer, self._view = grown, memoryview(grown)

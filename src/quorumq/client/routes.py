@@ -13,7 +13,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
 
-from quorumq import limits
+from quorumq import heap, limits
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.client.errors import ClientError, check
 
@@ -69,9 +69,11 @@ class Channels:
     """One gRPC channel per address, shared by every request of a client."""
 
     def __init__(self) -> None:
+        heap.keep_freed_memory()  # batch requests and answers are large: reuse their memory
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._messaging: dict[str, rpc_grpc.MessagingServiceStub] = {}
         self._readers: dict[str, pb_grpc.MessageReaderStub] = {}
+        self._writers: dict[str, pb_grpc.MessageWriterStub] = {}
         client_id = f"{socket.gethostname()}@{os.getpid()}@quorumq-{next(_client_index)}@{time.time_ns():x}"
         self.metadata = (("x-mq-client-id", client_id),)
 
@@ -88,6 +90,12 @@ class Channels:
             stub = self._readers[address] = pb_grpc.MessageReaderStub(self.channel(address))
         return stub
 
+    def writer(self, address: str) -> pb_grpc.MessageWriterStub:
+        stub = self._writers.get(address)
+        if stub is None:
+            stub = self._writers[address] = pb_grpc.MessageWriterStub(self.channel(address))
+        return stub
+
     def messaging(self, address: str) -> rpc_grpc.MessagingServiceStub:
         stub = self._messaging.get(address)
         if stub is None:
@@ -96,7 +104,7 @@ class Channels:
         return stub
 
     async def close(self) -> None:
-        channels, self._channels, self._messaging, self._readers = self._channels, {}, {}, {}
+        channels, self._channels, self._messaging, self._readers, self._writers = self._channels, {}, {}, {}, {}
         for channel in channels.values():
             await channel.close()
 

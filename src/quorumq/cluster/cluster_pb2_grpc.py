@@ -755,3 +755,75 @@ class MessageReader:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class MessageWriterStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SendBatch = channel.unary_unary(
+                '/quorumq.cluster.MessageWriter/SendBatch',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.SendBatchRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.SendBatchResponse.FromString,
+                _registered_method=True)
+
+
+class MessageWriterServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def SendBatch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_MessageWriterServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SendBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendBatch,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.SendBatchRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.SendBatchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'quorumq.cluster.MessageWriter', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('quorumq.cluster.MessageWriter', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class MessageWriter:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def SendBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.MessageWriter/SendBatch',
+            quorumq_dot_cluster_dot_cluster__pb2.SendBatchRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.SendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

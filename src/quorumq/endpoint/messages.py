@@ -1,25 +1,24 @@
 """Checking v5 messages on the way in and building them on the way out.
 
 What a client sends is validated here against `limits` before the broker sees it; a message that
-breaks a rule gets the catalogue error naming the rule.
+breaks a rule gets the catalogue error naming the rule. The rules on a message's own fields live in
+core/message_rules.py, which quorumq's producer applies too.
 """
 
 import hashlib
-import re
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq import limits
 from quorumq.core import properties
+from quorumq.core.message_rules import check_body, check_name, stored_properties
 from quorumq.endpoint.v5 import resource, resource_name
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import MessageIn
 
-PROPERTY_SEPARATORS = ("\x01", "\x02")
+__all__ = ["check_name", "group_name", "incoming", "outgoing", "tag_filter", "topic_name"]
 
-_NAME = re.compile(limits.NAME_PATTERN)
-_checked_names: set[str] = set()  # names that passed: the rule is the same for topics and groups
 # Enum values read once: look-ups through the generated wrappers are slow on the hot path.
 _NORMAL = v5.MessageType.NORMAL
 _GZIP = v5.Encoding.GZIP
@@ -31,29 +30,12 @@ _UNSUPPORTED_TYPES = {
 }
 
 
-def check_name(name: str, error: Error, what: str) -> str:
-    if name in _checked_names:
-        return name
-    if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.match(name):
-        raise QuorumqError(error, f"{what} {name!r} must be 1..{limits.NAME_LENGTH_MAX} characters of "
-                                  "%|a-zA-Z0-9_-")
-    if len(_checked_names) >= limits.TOPICS_MAX:
-        _checked_names.clear()
-    _checked_names.add(name)
-    return name
-
-
 def topic_name(topic: v5.Resource) -> str:
     return check_name(resource_name(topic), Error.ILLEGAL_TOPIC, "topic")
 
 
 def group_name(group: v5.Resource) -> str:
     return check_name(resource_name(group), Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
-
-
-def _check_text(value: str, limit: int, error: Error, what: str) -> None:
-    if len(value) > limit or any(sep in value for sep in PROPERTY_SEPARATORS):
-        raise QuorumqError(error, f"{what} must be at most {limit} characters without control separators")
 
 
 def incoming(message: v5.Message, max_body_bytes: int, explicit_queue: bool) -> MessageIn:
@@ -68,63 +50,14 @@ def incoming(message: v5.Message, max_body_bytes: int, explicit_queue: bool) -> 
         raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
                            "delay and FIFO (message group) messages are not supported yet")
     body = message.body
-    if not body:
-        raise QuorumqError(Error.MESSAGE_BODY_EMPTY, "message body is empty")
-    if len(body) > max_body_bytes:
-        raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE,
-                           f"body of {len(body)} bytes exceeds maxMessageSize={max_body_bytes}")
-    message_id = system.message_id
-    if not message_id or len(message_id) > limits.KEY_LENGTH_MAX:
-        raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
-    stored = {properties.MESSAGE_ID: message_id}
-    user = message.user_properties
-    if user:
-        _add_user_properties(stored, user)
-    if system.HasField("tag"):
-        stored[properties.TAGS] = _checked_tag(system.tag)
-    keys = system.keys
-    if keys:
-        stored[properties.KEYS] = _checked_keys(keys)
-    if system.body_encoding == _GZIP:
-        stored[properties.BODY_ENCODING] = "GZIP"
+    check_body(body, max_body_bytes)
+    stored = stored_properties(system.message_id, message.user_properties,
+                               system.tag if system.HasField("tag") else None, system.keys,
+                               system.body_encoding == _GZIP)
     born = system.born_timestamp
     return MessageIn(topic=topic_name(message.topic), queue_id=system.queue_id if explicit_queue else -1,
                      body=body, properties=stored, born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
                      born_host=system.born_host[:limits.HOST_LENGTH_MAX])
-
-
-def _add_user_properties(stored: dict[str, str], user) -> None:
-    if len(user) + len(stored) > limits.PROPERTY_COUNT_MAX:
-        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {limits.PROPERTY_COUNT_MAX} properties")
-    total = 0
-    for key, value in user.items():
-        if not key or key in properties.RESERVED:
-            raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
-        _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property key")
-        _check_text(value, limits.PROPERTIES_BYTES_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property value")
-        total += len(key) + len(value) + 2
-        stored[key] = value
-    if total > limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX:
-        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
-                           f"user properties exceed {limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX}"
-                           " bytes")
-
-
-def _checked_tag(tag: str) -> str:
-    if not tag.strip() or "|" in tag:
-        raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} must be non-blank without '|'")
-    _check_text(tag, limits.TAG_LENGTH_MAX, Error.ILLEGAL_MESSAGE_TAG, "a tag")
-    return tag
-
-
-def _checked_keys(keys) -> str:
-    if len(keys) > limits.KEYS_PER_MESSAGE_MAX:
-        raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"more than {limits.KEYS_PER_MESSAGE_MAX} keys")
-    for key in keys:
-        if not key.strip() or " " in key:
-            raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {key!r} must be non-blank without spaces")
-        _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_KEY, "a key")
-    return " ".join(keys)
 
 
 def _timestamp(ms: int) -> Timestamp:

@@ -1,16 +1,30 @@
 """The commit-log record format: pure encoding and checking, no I/O.
 
-A message record is a fixed big-endian header followed by five variable parts:
+A message record is a fixed big-endian header followed by four variable parts:
 
-    total_size i32 | magic u32 | crc u32 | queue_id i32 | queue_offset i64 | commit_log_offset i64 |
-    flag i32 | sys_flag i32 | born_timestamp_ms i64 | store_timestamp_ms i64 | reconsume_times i32 |
-    topic_length u8 | born_host_length u8 | store_host_length u8 | properties_length u16 |
-    body_length i32 | topic | born_host | store_host | properties | body
+    total_size i32 | magic u32 |
+    queue_offset i64 | commit_log_offset i64 | store_timestamp_ms i64 |      assigned by the broker
+    crc u32 |
+    queue_id i32 | flag i32 | sys_flag i32 | born_timestamp_ms i64 |        given by the producer,
+    reconsume_times i32 | topic_length u8 | born_host_length u8 |           covered by the CRC
+    properties_length u16 | body_length u32 | topic | born_host | properties | body
 
-The CRC (zlib.crc32) covers every byte after the CRC field, so offsets and timestamps are protected
-as well as the body. A record never spans segments: the unused end of a segment holds one BLANK
-record, `total_size i32 | magic u32`, whose size must reach the segment end exactly; the bytes
-after its header are zero. Properties use RocketMQ's form, name \\x01 value \\x02 per pair.
+A producer can encode a whole record (zeros in the assigned fields) and the broker only patches the
+three assigned fields in place: they sit before the CRC-checked region, so the CRC the producer
+computed is the CRC the record keeps, from the client to the disk to the consumer. `check_frame`
+still catches damage to every byte but two fields: a wrong size, magic or length breaks the
+framing, a wrong commit-log offset no longer matches the record's position, and the CRC covers
+the rest. A damaged queue offset or store timestamp passes the frame check. The store catches a
+damaged queue offset where it matters (a read compares it with the consume-queue entry that led
+there, recovery with the queue's previous offset); a damaged store timestamp goes unnoticed, and
+only misleads a search by time and retention's age of a segment, never what a message holds.
+
+The storing broker's address is not in the record: whoever reads knows it (the store its own
+`store_host`, a client the broker it pulled from) and fills `StoredMessage.store_host`.
+
+A record never spans segments: the unused end of a segment holds one BLANK record,
+`total_size i32 | magic u32`, whose size must reach the segment end exactly; the bytes after its
+header are zero. Properties use RocketMQ's form, name \\x01 value \\x02 per pair.
 """
 
 import struct
@@ -21,27 +35,35 @@ from typing import Mapping
 
 from quorumq import limits
 
-HEADER = struct.Struct(">iIIiqqiiqqiBBBHi")
+HEADER = struct.Struct(">iIqqqIiiiqiBBHI")
 BLANK_HEADER = struct.Struct(">iI")  # also the first two fields of a message record
+ASSIGNED = struct.Struct(">qqq")  # queue offset, commit-log offset, store timestamp
+ASSIGNED_POSITION = BLANK_HEADER.size
 CRC = struct.Struct(">I")
-CRC_POSITION = 8
-CHECKED_FROM = 12  # the CRC covers the record from here to its end
+CRC_POSITION = ASSIGNED_POSITION + ASSIGNED.size
+CHECKED_FROM = CRC_POSITION + CRC.size  # the CRC covers the record from here to its end
 BLANK_BYTES_MIN = BLANK_HEADER.size
 
-MESSAGE_MAGIC = 0x51514D31  # "QQM1"
+MESSAGE_MAGIC = 0x51514D32  # "QQM2": the layout above ("QQM1" had the CRC over the assigned fields)
 BLANK_MAGIC = 0x51514231  # "QQB1"
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 TAGS_PROPERTY = "TAGS"
 _TAGS_KEY = b"TAGS\x01"
+_TAGS_PAIR = b"\x02" + _TAGS_KEY
 
 # Positions of fields in a HEADER tuple.
-_MAGIC_FIELD, _CRC_FIELD, _COMMIT_LOG_OFFSET_FIELD, _STORE_TIMESTAMP_FIELD, _LENGTHS_FROM = 1, 2, 5, 9, 11
+(_TOTAL_FIELD, _MAGIC_FIELD, _QUEUE_OFFSET_FIELD, _COMMIT_LOG_OFFSET_FIELD, _STORE_TIMESTAMP_FIELD, _CRC_FIELD,
+ QUEUE_ID_FIELD, _FLAG_FIELD, SYS_FLAG_FIELD, _BORN_TIMESTAMP_FIELD, RECONSUME_TIMES_FIELD,
+ TOPIC_LENGTH_FIELD, BORN_HOST_LENGTH_FIELD, PROPERTIES_LENGTH_FIELD, BODY_LENGTH_FIELD) = range(15)
+_LENGTHS_FROM = TOPIC_LENGTH_FIELD  # the lengths of the variable parts, all unsigned, to the end
 
-assert HEADER.size + limits.NAME_LENGTH_MAX + 2 * limits.HOST_LENGTH_MAX + BLANK_BYTES_MIN \
+assert struct.calcsize(HEADER.format[:6]) == CRC_POSITION  # the assigned fields, then the CRC
+assert HEADER.size + limits.NAME_LENGTH_MAX + limits.HOST_LENGTH_MAX + BLANK_BYTES_MIN \
     <= limits.RECORD_HEADER_BYTES_MAX
-assert limits.PROPERTIES_BYTES_MAX < 1 << 16
+assert limits.PROPERTIES_BYTES_MAX < 1 << 16 and limits.HOST_LENGTH_MAX < 1 << 8
+assert limits.NAME_LENGTH_MAX < 1 << 8
 
 
 class Frame(IntEnum):
@@ -67,7 +89,7 @@ class StoredMessage:
     born_timestamp_ms: int
     born_host: str
     store_timestamp_ms: int
-    store_host: str
+    store_host: str  # not in the record: the reader's knowledge of the broker that stored it
     reconsume_times: int
     properties: dict[str, str]
     body: bytes
@@ -102,37 +124,42 @@ def decode_properties(data: bytes | memoryview) -> dict[str, str]:
     return result
 
 
-def tags_of(properties: bytes) -> bytes | None:
-    """The raw TAGS value of encoded properties, found without decoding them all."""
-    if properties.startswith(_TAGS_KEY):
-        start = len(_TAGS_KEY)
+def tags_of(properties: bytes | bytearray, start: int = 0, end: int | None = None) -> bytes | None:
+    """The raw TAGS value of the encoded properties in `properties[start:end]`, found without
+    decoding them all (and without copying them out of a larger buffer)."""
+    if end is None:
+        end = len(properties)
+    if properties.startswith(_TAGS_KEY, start, end):
+        value_start = start + len(_TAGS_KEY)
     else:
-        found = properties.find(b"\x02" + _TAGS_KEY)
+        found = properties.find(_TAGS_PAIR, start, end)
         if found < 0:
             return None
-        start = found + 1 + len(_TAGS_KEY)
-    return properties[start:properties.index(b"\x02", start)]
+        value_start = found + len(_TAGS_PAIR)
+    return bytes(properties[value_start:properties.index(b"\x02", value_start, end)])
 
 
-def record_size(topic: bytes, born_host: bytes, store_host: bytes, properties: bytes, body: bytes) -> int:
-    return HEADER.size + len(topic) + len(born_host) + len(store_host) + len(properties) + len(body)
+def record_size(topic: bytes, born_host: bytes, properties: bytes, body: bytes) -> int:
+    return HEADER.size + len(topic) + len(born_host) + len(properties) + len(body)
 
 
-def encode_record(view: memoryview, position: int, size: int, topic: bytes, queue_id: int,
-                  queue_offset: int, commit_log_offset: int, flag: int, sys_flag: int,
-                  born_timestamp_ms: int, born_host: bytes, store_timestamp_ms: int,
-                  store_host: bytes, reconsume_times: int, properties: bytes, body: bytes) -> None:
-    """Write one record of `size` bytes (from `record_size`) at `view[position:]`, CRC last."""
-    HEADER.pack_into(view, position, size, MESSAGE_MAGIC, 0, queue_id, queue_offset, commit_log_offset,
-                     flag, sys_flag, born_timestamp_ms, store_timestamp_ms, reconsume_times, len(topic),
-                     len(born_host), len(store_host), len(properties), len(body))
+def encode_record(view: memoryview, position: int, size: int, topic: bytes, queue_id: int, flag: int,
+                  sys_flag: int, born_timestamp_ms: int, born_host: bytes, reconsume_times: int,
+                  properties: bytes, body: bytes, queue_offset: int = 0, commit_log_offset: int = 0,
+                  store_timestamp_ms: int = 0) -> None:
+    """Write one record of `size` bytes (from `record_size`) at `view[position:]`, CRC last.
+
+    A producer leaves the assigned fields at 0 for the broker to patch (`ASSIGNED`); the store
+    passes them, which gives the same bytes as encoding with zeros and patching.
+    """
+    HEADER.pack_into(view, position, size, MESSAGE_MAGIC, queue_offset, commit_log_offset, store_timestamp_ms, 0,
+                     queue_id, flag, sys_flag, born_timestamp_ms, reconsume_times, len(topic), len(born_host),
+                     len(properties), len(body))
     start = position + HEADER.size
     end = start + len(topic)
     view[start:end] = topic
     start, end = end, end + len(born_host)
     view[start:end] = born_host
-    start, end = end, end + len(store_host)
-    view[start:end] = store_host
     start, end = end, end + len(properties)
     view[start:end] = properties
     start, end = end, end + len(body)
@@ -163,13 +190,21 @@ def check_frame(view: memoryview | bytes | bytearray, position: int, segment_rem
         return Frame.BAD_FRAMING, 0
     if available < total:
         return Frame.SHORT, total
+    frame, _ = check_message(view, position, total, commit_log_offset)
+    return frame, (0 if frame is Frame.BAD_FRAMING else total)
+
+
+def check_message(view: memoryview | bytes | bytearray, position: int, total: int,
+                  commit_log_offset: int) -> tuple[Frame, tuple]:
+    """The checks of a message record whose magic and `total` size were found to fit: the lengths
+    add up to the size, the record sits at its own commit-log offset, the CRC holds. Returns the
+    finding and the unpacked HEADER, for callers that go on to read its fields."""
     header = HEADER.unpack_from(view, position)
-    if HEADER.size + sum(header[_LENGTHS_FROM:]) != total \
-            or header[_COMMIT_LOG_OFFSET_FIELD] != commit_log_offset:
-        return Frame.BAD_FRAMING, 0
+    if HEADER.size + sum(header[_LENGTHS_FROM:]) != total or header[_COMMIT_LOG_OFFSET_FIELD] != commit_log_offset:
+        return Frame.BAD_FRAMING, header
     if zlib.crc32(view[position + CHECKED_FROM:position + total]) != header[_CRC_FIELD]:
-        return Frame.BAD_CRC, total
-    return Frame.MESSAGE, total
+        return Frame.BAD_CRC, header
+    return Frame.MESSAGE, header
 
 
 def check_detached(view: memoryview | bytes, position: int) -> tuple[Frame, int]:
@@ -179,6 +214,11 @@ def check_detached(view: memoryview | bytes, position: int) -> tuple[Frame, int]
         return Frame.SHORT, 0
     carried_offset = HEADER.unpack_from(view, position)[_COMMIT_LOG_OFFSET_FIELD]
     return check_frame(view, position, len(view) - position, carried_offset)
+
+
+def queue_offset_of(view: memoryview | bytes, position: int) -> int:
+    """The queue offset of the message record at `position`."""
+    return ASSIGNED.unpack_from(view, position + ASSIGNED_POSITION)[0]
 
 
 @dataclass(slots=True)
@@ -192,31 +232,28 @@ class RecordFields:
 
 
 def dispatch_fields(view: memoryview | bytes, position: int) -> RecordFields:
-    (_, _, _, queue_id, queue_offset, _, _, _, _, _, _, topic_length, born_host_length,
-     store_host_length, properties_length, _) = HEADER.unpack_from(view, position)
+    header = HEADER.unpack_from(view, position)
     topic_start = position + HEADER.size
-    topic_end = topic_start + topic_length
-    properties_start = topic_end + born_host_length + store_host_length
-    properties = bytes(view[properties_start:properties_start + properties_length])
-    return RecordFields(str(view[topic_start:topic_end], "utf-8"), queue_id, queue_offset,
-                        tag_hash(tags_of(properties)))
+    topic_end = topic_start + header[TOPIC_LENGTH_FIELD]
+    properties_start = topic_end + header[BORN_HOST_LENGTH_FIELD]
+    properties = bytes(view[properties_start:properties_start + header[PROPERTIES_LENGTH_FIELD]])
+    return RecordFields(str(view[topic_start:topic_end], "utf-8"), header[QUEUE_ID_FIELD],
+                        header[_QUEUE_OFFSET_FIELD], tag_hash(tags_of(properties)))
 
 
-def decode_message(view: memoryview | bytes, position: int) -> StoredMessage:
-    """Decode a record that `check_frame` accepted."""
-    (total, _, _, queue_id, queue_offset, commit_log_offset, flag, sys_flag, born_timestamp_ms,
-     store_timestamp_ms, reconsume_times, topic_length, born_host_length, store_host_length,
-     properties_length, body_length) = HEADER.unpack_from(view, position)
+def decode_message(view: memoryview | bytes, position: int, store_host: str) -> StoredMessage:
+    """Decode a record that `check_frame` accepted; `store_host` is the broker that stored it."""
+    (total, _, queue_offset, commit_log_offset, store_timestamp_ms, _, queue_id, flag, sys_flag,
+     born_timestamp_ms, reconsume_times, topic_length, born_host_length, properties_length,
+     body_length) = HEADER.unpack_from(view, position)
     topic_start = position + HEADER.size
     born_host_start = topic_start + topic_length
-    store_host_start = born_host_start + born_host_length
-    properties_start = store_host_start + store_host_length
+    properties_start = born_host_start + born_host_length
     body_start = properties_start + properties_length
     return StoredMessage(
         str(view[topic_start:born_host_start], "utf-8"), queue_id, queue_offset, commit_log_offset, total,
-        flag, sys_flag, born_timestamp_ms, str(view[born_host_start:store_host_start], "utf-8"),
-        store_timestamp_ms, str(view[store_host_start:properties_start], "utf-8"), reconsume_times,
-        decode_properties(view[properties_start:body_start]),
+        flag, sys_flag, born_timestamp_ms, str(view[born_host_start:properties_start], "utf-8"),
+        store_timestamp_ms, store_host, reconsume_times, decode_properties(view[properties_start:body_start]),
         bytes(view[body_start:body_start + body_length]))
 
 

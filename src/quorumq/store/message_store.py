@@ -8,8 +8,11 @@ Layout under `root`:
     abort                                                  present while open: an unclean exit
     lock                                                   flock'ed by the process that has it open
 
-Consume-queue entries are derived from the commit-log bytes alone (the dispatcher), so a replica
-that appends the same bytes through `append_raw` builds the same queues.
+Three ways in, one record format: `append` encodes MessageIn objects (the v5 path), `append_encoded`
+takes records a producer encoded and patches the fields the store assigns (SendBatch), and
+`append_raw` takes a master's log bytes as they are (replication). The first two write the same
+bytes for the same message. Consume-queue entries are derived from the commit-log bytes alone (the
+dispatcher), so a replica that appends the same bytes through `append_raw` builds the same queues.
 
 Threads: every method runs on one thread (the event loop) except `flush` and `checkpoint`, which
 may run in worker threads at the same time as appends. They only read offsets that the loop
@@ -24,14 +27,15 @@ import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NoReturn, Sequence
 
 from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import codec
 from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from quorumq.store.codec import BLANK_BYTES_MIN, HEADER, TAGS_PROPERTY, Frame, StoredMessage, check_frame
+from quorumq.store.codec import (ASSIGNED_POSITION, BLANK_BYTES_MIN, BLANK_HEADER, HEADER, MESSAGE_MAGIC,
+                                 TAGS_PROPERTY, Frame, StoredMessage, check_frame)
 from quorumq.store.commit_log import CommitLog, fsync_directory
 from quorumq.store.consume_queue import ENTRY, ConsumeQueue, DirtyFiles
 from quorumq.store.recovery import scan_commit_log
@@ -92,6 +96,22 @@ class RecoveryReport:
     corrupt_offset: int | None  # first corrupt record kept in the middle of the log
 
 
+@dataclass(slots=True)
+class _Batch:
+    """One append on its way: where its next record goes and what it has staged."""
+
+    log_offset: int  # where the next record goes in the commit log
+    segment_end: int  # the end of the segment it goes in
+    buffer_offset: int  # where it goes in the store's buffer
+    runs: list[tuple[int, int]]  # (commit-log offset, buffer offset) where each segment's bytes start
+    staged: list[ConsumeQueue]  # the queues with entries staged
+    offsets: list[tuple[int, int]]  # (commit-log offset, queue offset) of each record
+
+    def discard(self) -> None:
+        for queue in self.staged:
+            queue.discard_staged()
+
+
 def _record_bytes(data: memoryview, position: int) -> bytes:
     """A checked record's bytes as they lie in the commit log (its size is its first field)."""
     size, _ = codec.BLANK_HEADER.unpack_from(data, position)
@@ -104,9 +124,8 @@ class MessageStore:
         if segment_bytes < limits.COMMIT_LOG_SEGMENT_BYTES_MIN:
             raise QuorumqError(Error.CONFIG_INVALID, f"segment size {segment_bytes} is below "
                                f"{limits.COMMIT_LOG_SEGMENT_BYTES_MIN}")
-        self._store_host = store_host.encode()
-        if len(self._store_host) > limits.HOST_LENGTH_MAX:
-            raise QuorumqError(Error.CONFIG_INVALID, f"store host {store_host!r} is too long")
+        # Not written into records: reads fill StoredMessage.store_host with it.
+        self.store_host = store_host
         self.root = Path(root)
         self._clock = clock
         self._segment_bytes = segment_bytes
@@ -269,62 +288,154 @@ class MessageStore:
         if len(messages) > limits.BATCH_MESSAGES_MAX:
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"{len(messages)} messages in one append")
         store_timestamp_ms = self._clock.now_ms()
-        store_host = self._store_host
-        segment_bytes = self._segment_bytes
-        record_bytes_max = segment_bytes - BLANK_BYTES_MIN
-        log_offset = self._write_offset
-        segment_end = log_offset - log_offset % segment_bytes + segment_bytes
-        buffer_offset = 0
-        runs = [(log_offset, 0)]  # (commit-log offset, buffer offset) where each segment's bytes start
-        offsets = []
-        staged: list[ConsumeQueue] = []
+        record_bytes_max = self._segment_bytes - BLANK_BYTES_MIN
+        batch = self._new_batch()
         try:
             for message in messages:
                 topic = message.topic.encode()
                 born_host = message.born_host.encode()
                 properties = _encode_properties(message.properties)
                 body = message.body
-                size = codec.record_size(topic, born_host, store_host, properties, body)
+                size = codec.record_size(topic, born_host, properties, body)
                 if (size > record_bytes_max or not 0 < len(topic) <= limits.NAME_LENGTH_MAX
                         or len(born_host) > limits.HOST_LENGTH_MAX
                         or len(properties) > limits.PROPERTIES_BYTES_MAX
                         or not 0 <= message.queue_id < limits.QUEUES_PER_TOPIC_MAX):
                     _reject(message, size, record_bytes_max)
-                end = log_offset + size
-                if end > segment_end or segment_end - end < BLANK_BYTES_MIN and end != segment_end:
-                    # The record does not fit: a BLANK pads the segment (unless the last record
-                    # filled it exactly) and the next segment begins.
-                    if log_offset < segment_end:
-                        self._reserve(buffer_offset + BLANK_BYTES_MIN)
-                        codec.encode_blank(self._view, buffer_offset, segment_end - log_offset)
-                        buffer_offset += BLANK_BYTES_MIN
-                    log_offset, segment_end = segment_end, segment_end + segment_bytes
-                    runs.append((log_offset, buffer_offset))
-                    end = log_offset + size
-                if buffer_offset + size > len(self._buffer):
-                    self._reserve(buffer_offset + size)
-                queue = self._queue_for_append(message.topic, message.queue_id)
-                if queue.next_offset == queue.max_offset:
-                    staged.append(queue)
+                self._fit(batch, size)
+                if batch.buffer_offset + size > len(self._buffer):
+                    self._reserve(batch.buffer_offset + size)
+                queue = self._staging(batch, self._queue_for_append(message.topic, message.queue_id))
                 tag_hash = codec.tag_hash(message.properties.get(TAGS_PROPERTY))
-                queue_offset = queue.stage(log_offset, size, tag_hash)
-                codec.encode_record(self._view, buffer_offset, size, topic, message.queue_id, queue_offset,
-                                    log_offset, message.flag, message.sys_flag, message.born_timestamp_ms,
-                                    born_host, store_timestamp_ms, store_host, message.reconsume_times,
-                                    properties, body)
-                offsets.append((log_offset, queue_offset))
-                buffer_offset += size
-                log_offset = end
-            self._verify_encoded(runs, buffer_offset)
-            self._write_runs(self._view, runs, buffer_offset)
+                queue_offset = queue.stage(batch.log_offset, size, tag_hash)
+                # The producer's encoder, with the assigned fields given: the bytes a producer's
+                # record gets once append_encoded has patched them.
+                codec.encode_record(self._view, batch.buffer_offset, size, topic, message.queue_id, message.flag,
+                                    message.sys_flag, message.born_timestamp_ms, born_host,
+                                    message.reconsume_times, properties, body, queue_offset, batch.log_offset,
+                                    store_timestamp_ms)
+                batch.offsets.append((batch.log_offset, queue_offset))
+                batch.buffer_offset += size
+                batch.log_offset += size
+            self._verify_encoded(batch.runs, batch.buffer_offset)
+            self._write_runs(self._view, batch.runs, batch.buffer_offset)
         except BaseException:
-            for queue in staged:
-                queue.discard_staged()
+            batch.discard()
             raise
-        self._write_offset = log_offset
-        self._write_staged(staged)
-        self._dispatched_offset = log_offset
-        return AppendResult(offsets, log_offset)
+        return self._publish(batch)
+
+    def append_encoded(self, topic: str, queue_id: int, records: bytes | memoryview, count: int,
+                       max_body_bytes: int) -> AppendResult:
+        """Append `count` records of one topic and queue that a producer encoded with
+        `codec.encode_record` (assigned fields left at 0), back to back in `records`.
+
+        The request is copied into the batch buffer once and each record is patched there (queue
+        offset, commit-log offset, store timestamp: outside its CRC) and then checked as recovery
+        checks it, so the producer's CRC is this append's check of the bytes. A record must also
+        name `topic` and `queue_id` and keep the limits append() keeps. All or nothing: the first
+        bad record rejects the batch with an error naming its index and the rule.
+        """
+        self._check_writable()
+        if not 0 < count <= limits.BATCH_MESSAGES_MAX:
+            raise QuorumqError(Error.BATCH_TOO_LARGE,
+                               f"{count} records in one append; 1..{limits.BATCH_MESSAGES_MAX} are allowed")
+        topic_bytes = topic.encode()
+        _check_queue_name(topic_bytes, queue_id)
+        source = memoryview(records).cast("B")
+        length = len(source)
+        self._reserve(length)
+        self._view[:length] = source  # one copy of the whole request (memoryview to memoryview)
+        view, buffer = self._view, self._buffer
+        store_timestamp_ms = self._clock.now_ms()
+        record_bytes_max = self._segment_bytes - BLANK_BYTES_MIN
+        patch, check_message, tags_of, tag_hash = codec.ASSIGNED.pack_into, codec.check_message, codec.tags_of, \
+            codec.tag_hash  # looked up once: this loop runs for every message sent
+        batch = self._new_batch()
+        queue = self._staging(batch, self._queue_for_append(topic, queue_id))
+        offsets = batch.offsets
+        body_bytes = 0
+        position = 0  # of the record in `source`; it lies at batch.buffer_offset in the buffer
+        try:
+            for index in range(count):
+                if length - position < HEADER.size:
+                    _bad_record(index, Error.RECORD_CORRUPTED, f"the records end {length - position} bytes into it")
+                size, magic = BLANK_HEADER.unpack_from(source, position)
+                if magic != MESSAGE_MAGIC or not HEADER.size <= size <= record_bytes_max or size > length - position:
+                    _bad_frame(index, magic, size, length - position, record_bytes_max)
+                if self._fit(batch, size):  # a BLANK went in before it: the rest moves up behind it
+                    rest = length - position
+                    self._reserve(batch.buffer_offset + rest)
+                    view, buffer = self._view, self._buffer
+                    view[batch.buffer_offset:batch.buffer_offset + rest] = source[position:]
+                at, log_offset, queue_offset = batch.buffer_offset, batch.log_offset, queue.next_offset
+                patch(view, at + ASSIGNED_POSITION, queue_offset, log_offset, store_timestamp_ms)
+                frame, header = check_message(view, at, size, log_offset)
+                if frame is not Frame.MESSAGE:
+                    _bad_record(index, Error.RECORD_CORRUPTED, f"it fails its check ({frame.name})")
+                (_, _, _, _, _, _, record_queue_id, _, sys_flag, _, reconsume_times, topic_length, born_host_length,
+                 properties_length, body_length) = header
+                topic_start = at + HEADER.size
+                born_host_start = topic_start + topic_length
+                properties_start = born_host_start + born_host_length
+                properties_end = properties_start + properties_length
+                if (record_queue_id != queue_id or topic_length != len(topic_bytes)
+                        or not buffer.startswith(topic_bytes, topic_start) or sys_flag or reconsume_times
+                        or not 0 < body_length <= max_body_bytes or properties_length > limits.PROPERTIES_BYTES_MAX
+                        or properties_length and buffer[properties_end - 1] != 2):
+                    _bad_fields(index, view, at, header, topic, queue_id, max_body_bytes)
+                _check_text(index, view, born_host_start, properties_start, properties_end)
+                body_bytes += body_length
+                queue.stage(log_offset, size, tag_hash(tags_of(buffer, properties_start, properties_end)))
+                offsets.append((log_offset, queue_offset))
+                batch.buffer_offset, batch.log_offset = at + size, log_offset + size
+                position += size
+            if position != length:
+                raise QuorumqError(Error.RECORD_CORRUPTED, f"{length - position} bytes follow the {count} records; "
+                                                           "nothing was stored")
+            if body_bytes > limits.BATCH_BYTES_MAX:
+                raise QuorumqError(Error.BATCH_TOO_LARGE, f"{body_bytes} bytes of bodies in one append; at most "
+                                                          f"{limits.BATCH_BYTES_MAX}")
+            self._write_runs(view, batch.runs, batch.buffer_offset)
+        except BaseException:
+            batch.discard()
+            raise
+        return self._publish(batch)
+
+    def _new_batch(self) -> _Batch:
+        log_offset = self._write_offset
+        segment_end = log_offset - log_offset % self._segment_bytes + self._segment_bytes
+        return _Batch(log_offset, segment_end, 0, [(log_offset, 0)], [], [])
+
+    def _fit(self, batch: _Batch, size: int) -> bool:
+        """Make room for a record of `size` bytes at the batch's next offset. A record never spans
+        segments: when it does not fit, a BLANK pads the segment (unless the last record filled it
+        exactly) and the next segment begins. Returns whether a BLANK went into the buffer."""
+        end = batch.log_offset + size
+        segment_end = batch.segment_end
+        if end == segment_end or end <= segment_end - BLANK_BYTES_MIN:
+            return False
+        padded = batch.log_offset < segment_end
+        if padded:
+            self._reserve(batch.buffer_offset + BLANK_BYTES_MIN)
+            codec.encode_blank(self._view, batch.buffer_offset, segment_end - batch.log_offset)
+            batch.buffer_offset += BLANK_BYTES_MIN
+        batch.log_offset, batch.segment_end = segment_end, segment_end + self._segment_bytes
+        batch.runs.append((batch.log_offset, batch.buffer_offset))
+        return padded
+
+    @staticmethod
+    def _staging(batch: _Batch, queue: ConsumeQueue) -> ConsumeQueue:
+        """The queue, listed in the batch before its first entry is staged (to write or discard)."""
+        if queue.next_offset == queue.max_offset:
+            batch.staged.append(queue)
+        return queue
+
+    def _publish(self, batch: _Batch) -> AppendResult:
+        """After the batch's bytes are written: move the write offset, then write its entries."""
+        self._write_offset = batch.log_offset
+        self._write_staged(batch.staged)
+        self._dispatched_offset = batch.log_offset
+        return AppendResult(batch.offsets, batch.log_offset)
 
     def _check_writable(self) -> None:
         if not self.is_open:
@@ -422,7 +533,7 @@ class MessageStore:
             data = memoryview(self._commit_log.read(offset, size))
             frame, size = check_frame(data, 0, segment_end - offset, offset)
         if frame not in (Frame.MESSAGE, Frame.BLANK) or size > len(data):
-            self._mark_corrupt(offset, frame)
+            self._mark_corrupt(offset, frame.name)
             raise self._corruption_error(offset)
         position = size
         while position < len(data):
@@ -445,43 +556,36 @@ class MessageStore:
                                f"raw append at {offset}, but the log ends at {self._write_offset}")
         data = bytes(data)
         view = memoryview(data)
-        runs = [(offset, 0)]
-        staged: list[ConsumeQueue] = []
+        batch = self._new_batch()
         try:
             position = 0
             while position < len(data):
                 log_offset = offset + position
                 segment_end = self._commit_log.segment_start(log_offset) + self._segment_bytes
                 if position and log_offset == segment_end - self._segment_bytes:
-                    runs.append((log_offset, position))
+                    batch.runs.append((log_offset, position))
                 frame, size = check_frame(view, position, segment_end - log_offset, log_offset)
                 if frame is Frame.MESSAGE:
-                    self._stage_raw(view, position, log_offset, size, staged)
+                    self._stage_raw(view, position, log_offset, size, batch)
                 elif not (frame is Frame.BLANK and _whole_blank(data, position, size)):
                     raise QuorumqError(Error.BAD_REQUEST, f"raw data at commit-log offset {log_offset} is "
                                        f"not a whole valid record ({frame.name})")
                 position += size
-            self._write_runs(view, runs, len(data))
+            self._write_runs(view, batch.runs, len(data))
         except BaseException:
-            for queue in staged:
-                queue.discard_staged()
+            batch.discard()
             raise
-        self._write_offset = offset + len(data)
-        self._write_staged(staged)
-        self._dispatched_offset = self._write_offset
-        return self._write_offset
+        batch.log_offset = offset + len(data)
+        return self._publish(batch).end_offset
 
-    def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int,
-                   staged: list[ConsumeQueue]) -> None:
+    def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> None:
         fields = codec.dispatch_fields(view, position)
         queue = self._queue_for_append(fields.topic, fields.queue_id)
         if fields.queue_offset != queue.next_offset:
             raise QuorumqError(Error.BAD_REQUEST, f"record at {log_offset} has queue offset "
                                f"{fields.queue_offset}, but {fields.topic}/{fields.queue_id} expects "
                                f"{queue.next_offset}")
-        if queue.next_offset == queue.max_offset:
-            staged.append(queue)
-        queue.stage(log_offset, size, fields.tag_hash)
+        self._staging(batch, queue).stage(log_offset, size, fields.tag_hash)
 
     # Flushing.
 
@@ -564,7 +668,10 @@ class MessageStore:
                      tag_hashes: frozenset[int] | None = None) -> GetResult:
         """Messages of one queue from `offset`; entries whose tag hash is not in `tag_hashes` are
         skipped without reading the commit log. At least one message unless none matched."""
-        return self._get(topic, queue_id, offset, max_count, max_bytes, tag_hashes, codec.decode_message)
+        return self._get(topic, queue_id, offset, max_count, max_bytes, tag_hashes, self._decode)
+
+    def _decode(self, data: memoryview, position: int) -> StoredMessage:
+        return codec.decode_message(data, position, self.store_host)
 
     def get_records(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
                     tag_hashes: frozenset[int] | None = None) -> GetResult:
@@ -622,13 +729,17 @@ class MessageStore:
                 group_end += 1
             last = matched[group_end - 1]
             data = memoryview(self._commit_log.read(first, last[1] + last[2] - first))
-            for _, commit_log_offset, size in matched[index:group_end]:
+            for queue_offset, commit_log_offset, size in matched[index:group_end]:
                 if self._corrupt_offset is not None and commit_log_offset >= self._corrupt_offset:
                     return self._served_before(messages, commit_log_offset)
                 position = commit_log_offset - first
                 frame, found = check_frame(data, position, segment_end - commit_log_offset, commit_log_offset)
                 if frame is not Frame.MESSAGE or found != size:
-                    self._mark_corrupt(commit_log_offset, frame)
+                    self._mark_corrupt(commit_log_offset, frame.name)
+                    return self._served_before(messages, commit_log_offset)
+                # The queue offset lies outside the CRC: the entry that led here vouches for it.
+                if codec.queue_offset_of(data, position) != queue_offset:
+                    self._mark_corrupt(commit_log_offset, f"queue offset is not {queue_offset}")
                     return self._served_before(messages, commit_log_offset)
                 messages.append(read(data, position))
             index = group_end
@@ -640,9 +751,9 @@ class MessageStore:
             raise self._corruption_error(offset)
         return messages
 
-    def _mark_corrupt(self, offset: int, frame: Frame) -> None:
+    def _mark_corrupt(self, offset: int, finding: str) -> None:
         log.error("commit log: record at offset %d fails its check on read (%s); the store refuses "
-                  "reads at or past it and appends", offset, frame.name)
+                  "reads at or past it and appends", offset, finding)
         if self._corrupt_offset is None or offset < self._corrupt_offset:
             self._corrupt_offset = offset
 
@@ -724,12 +835,21 @@ class _Redispatcher:
         self._store = store
         self._dispatch_from = dispatch_from
         self._staged: list[ConsumeQueue] = []
+        self._last_seen: dict[tuple[str, int], int] = {}  # queue offset of each queue's last record
         self.count = 0
 
     def visit(self, offset: int, size: int, window: memoryview, position: int) -> None:
         if offset < self._dispatch_from:
             return
         fields = codec.dispatch_fields(window, position)
+        # The queue offset lies outside the CRC; within one queue the scan must find them in steps
+        # of one, which catches a damaged one without reading the consume queue.
+        key = (fields.topic, fields.queue_id)
+        previous = self._last_seen.get(key)
+        if previous is not None and fields.queue_offset != previous + 1:
+            raise QuorumqError(Error.STORE_CORRUPTED, f"the record at {offset} has queue offset {fields.queue_offset} "
+                               f"but the previous record of {fields.topic}/{fields.queue_id} has {previous}")
+        self._last_seen[key] = fields.queue_offset
         queue = self._store._queue(fields.topic, fields.queue_id)
         expected = queue.next_offset if queue is not None else 0
         if fields.queue_offset < expected:
@@ -771,12 +891,68 @@ def _reject(message: MessageIn, size: int, record_bytes_max: int) -> None:
     if size > record_bytes_max:
         raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE, f"a record of {size} bytes does not fit a segment "
                            f"(at most {record_bytes_max})")
-    if not 0 < len(message.topic.encode()) <= limits.NAME_LENGTH_MAX:
-        raise QuorumqError(Error.ILLEGAL_TOPIC, f"topic name must have 1 to {limits.NAME_LENGTH_MAX} bytes")
-    if not 0 <= message.queue_id < limits.QUEUES_PER_TOPIC_MAX:
-        raise QuorumqError(Error.BAD_REQUEST,
-                           f"queue id {message.queue_id} outside 0..{limits.QUEUES_PER_TOPIC_MAX - 1}")
+    _check_queue_name(message.topic.encode(), message.queue_id)
     if len(message.born_host.encode()) > limits.HOST_LENGTH_MAX:
         raise QuorumqError(Error.BAD_REQUEST, f"born host longer than {limits.HOST_LENGTH_MAX} bytes")
     raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
                        f"properties longer than {limits.PROPERTIES_BYTES_MAX} bytes")
+
+
+def _check_queue_name(topic: bytes, queue_id: int) -> None:
+    if not 0 < len(topic) <= limits.NAME_LENGTH_MAX:
+        raise QuorumqError(Error.ILLEGAL_TOPIC, f"topic name must have 1 to {limits.NAME_LENGTH_MAX} bytes")
+    if not 0 <= queue_id < limits.QUEUES_PER_TOPIC_MAX:
+        raise QuorumqError(Error.BAD_REQUEST, f"queue id {queue_id} outside 0..{limits.QUEUES_PER_TOPIC_MAX - 1}")
+
+
+# A producer's record breaking a rule (append_encoded).
+
+def _bad_record(index: int, error: Error, rule: str) -> NoReturn:
+    raise QuorumqError(error, f"record {index} of the batch: {rule}; nothing was stored")
+
+
+def _bad_frame(index: int, magic: int, size: int, available: int, record_bytes_max: int) -> NoReturn:
+    if magic != codec.MESSAGE_MAGIC:
+        _bad_record(index, Error.RECORD_CORRUPTED, f"it starts with magic {magic:#x}, not a message record's")
+    if size < HEADER.size or size > available:
+        _bad_record(index, Error.RECORD_CORRUPTED, f"its size {size} does not fit the {available} bytes left")
+    _bad_record(index, Error.MESSAGE_BODY_TOO_LARGE,
+                f"a record of {size} bytes does not fit a segment (at most {record_bytes_max})")
+
+
+def _bad_fields(index: int, view: memoryview, at: int, header: tuple, topic: str, queue_id: int,
+                max_body_bytes: int) -> NoReturn:
+    topic_start = at + HEADER.size
+    named = bytes(view[topic_start:topic_start + header[codec.TOPIC_LENGTH_FIELD]])
+    if named != topic.encode() or header[codec.QUEUE_ID_FIELD] != queue_id:
+        _bad_record(index, Error.BAD_REQUEST, f"it names topic {named!r} queue {header[codec.QUEUE_ID_FIELD]}, "
+                                              f"the request topic {topic} queue {queue_id}")
+    # The system flag marks transactional and other kinds of message, which the v5 path refuses too;
+    # a producer's message is on its first delivery.
+    if header[codec.SYS_FLAG_FIELD]:
+        _bad_record(index, Error.MESSAGE_TYPE_UNSUPPORTED, f"sys_flag {header[codec.SYS_FLAG_FIELD]:#x}: only "
+                                                          "NORMAL messages (sys_flag 0) are supported")
+    if header[codec.RECONSUME_TIMES_FIELD]:
+        _bad_record(index, Error.BAD_REQUEST, "reconsume_times must be 0 on a new message")
+    body_length = header[codec.BODY_LENGTH_FIELD]
+    if not body_length:
+        _bad_record(index, Error.MESSAGE_BODY_EMPTY, "message body is empty")
+    if body_length > max_body_bytes:
+        _bad_record(index, Error.MESSAGE_BODY_TOO_LARGE,
+                    f"body of {body_length} bytes exceeds maxMessageSize={max_body_bytes}")
+    if header[codec.PROPERTIES_LENGTH_FIELD] > limits.PROPERTIES_BYTES_MAX:
+        _bad_record(index, Error.MESSAGE_PROPERTIES_TOO_LARGE,
+                    f"properties longer than {limits.PROPERTIES_BYTES_MAX} bytes")
+    _bad_record(index, Error.RECORD_CORRUPTED, "its properties do not end with \\x02")
+
+
+def _check_text(index: int, view: memoryview, start: int, split: int, end: int) -> None:
+    """The born host (`view[start:split]`) and properties (`view[split:end]`) must be UTF-8, or
+    every read of the record would fail. One decode covers both; the one thing it misses, a
+    character cut in two where they meet, shows as a continuation byte starting the properties."""
+    try:
+        str(view[start:end], "utf-8")
+    except UnicodeDecodeError:
+        _bad_record(index, Error.RECORD_CORRUPTED, "its born host or properties are not UTF-8")
+    if split < end and 0x80 <= view[split] < 0xC0:
+        _bad_record(index, Error.RECORD_CORRUPTED, "its born host ends inside a UTF-8 character")

@@ -1,0 +1,94 @@
+"""The rules a message must keep, as pure checks both sides share: the broker applies them to what
+a v5 client sends (endpoint/messages.py), quorumq's producer to what it encodes itself, so both
+store the same properties for the same message. A broken rule raises the catalogue error naming it.
+"""
+
+import re
+from typing import Mapping, Sequence
+
+from quorumq import limits
+from quorumq.core import properties
+from quorumq.errors import Error, QuorumqError
+
+PROPERTY_SEPARATORS = ("\x01", "\x02")
+
+_NAME = re.compile(limits.NAME_PATTERN)
+_checked_names: set[str] = set()  # names that passed: the rule is the same for topics and groups
+
+
+def check_name(name: str, error: Error, what: str) -> str:
+    if name in _checked_names:
+        return name
+    if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.match(name):
+        raise QuorumqError(error, f"{what} {name!r} must be 1..{limits.NAME_LENGTH_MAX} characters of "
+                                  "%|a-zA-Z0-9_-")
+    if len(_checked_names) >= limits.TOPICS_MAX:
+        _checked_names.clear()
+    _checked_names.add(name)
+    return name
+
+
+def check_body(body: bytes, max_body_bytes: int) -> None:
+    if not body:
+        raise QuorumqError(Error.MESSAGE_BODY_EMPTY, "message body is empty")
+    if len(body) > max_body_bytes:
+        raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE,
+                           f"body of {len(body)} bytes exceeds maxMessageSize={max_body_bytes}")
+
+
+def stored_properties(message_id: str, user: Mapping[str, str], tag: str | None, keys: Sequence[str],
+                      gzip: bool = False) -> dict[str, str]:
+    """The properties stored with a message, in the order the broker stores them, after checking
+    every rule on the message id, user properties, tag and keys."""
+    if not message_id or len(message_id) > limits.KEY_LENGTH_MAX:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
+    stored = {properties.MESSAGE_ID: message_id}
+    if user:
+        _add_user_properties(stored, user)
+    if tag is not None:
+        stored[properties.TAGS] = _checked_tag(tag)
+    if keys:
+        stored[properties.KEYS] = _checked_keys(keys)
+    if gzip:
+        stored[properties.BODY_ENCODING] = "GZIP"
+    return stored
+
+
+def _check_text(value: str, limit: int, error: Error, what: str) -> None:
+    if len(value) > limit or any(sep in value for sep in PROPERTY_SEPARATORS):
+        raise QuorumqError(error, f"{what} must be at most {limit} characters without control separators")
+
+
+def _add_user_properties(stored: dict[str, str], user: Mapping[str, str]) -> None:
+    if len(user) + len(stored) > limits.PROPERTY_COUNT_MAX:
+        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE, f"more than {limits.PROPERTY_COUNT_MAX} properties")
+    total = 0
+    # Sorted: a protobuf map iterates in no fixed order, and equal messages must be equal bytes.
+    for key, value in sorted(user.items()):
+        if not key or key in properties.RESERVED:
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
+        _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property key")
+        _check_text(value, limits.PROPERTIES_BYTES_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property value")
+        total += len(key) + len(value) + 2
+        stored[key] = value
+    if total > limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX:
+        raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
+                           f"user properties exceed {limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX}"
+                           " bytes")
+
+
+def _checked_tag(tag: str) -> str:
+    if not tag.strip() or "|" in tag:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} must be non-blank without '|'")
+    _check_text(tag, limits.TAG_LENGTH_MAX, Error.ILLEGAL_MESSAGE_TAG, "a tag")
+    return tag
+
+
+def _checked_keys(keys: Sequence[str]) -> str:
+    if len(keys) > limits.KEYS_PER_MESSAGE_MAX:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"more than {limits.KEYS_PER_MESSAGE_MAX} keys")
+    for key in keys:
+        if not key.strip() or " " in key:
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {key!r} must be non-blank without spaces")
+        _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_KEY, "a key")
+    return " ".join(keys)

@@ -1,0 +1,294 @@
+"""The master side of the replication stream: an asyncio adapter around the frame codec and the
+ack tracker (core/replication_frames.py, core/quorum.py). It only moves bytes and timers.
+
+Per slave connection: read the HANDSHAKE (within haHousekeepingInterval), check it, attach the
+slave to the tracker, then run two loops until either ends. The sender reads whole records with
+`store.read_raw` from the slave's offset on, at most `transfer_batch_bytes` per DATA frame (one
+record alone may be larger), waits for `notify_appended` when it has caught up, and sends a
+HEARTBEAT after `heartbeat_interval_s` of idleness. The receiver feeds ACKs to the tracker and
+completes the puts they release. Silence for `housekeeping_interval_s`, a protocol error, an ack
+the tracker rejects, or a store error ends the connection; the slave reconnects.
+
+A second connection from a slave id already connected replaces the first, which is closed.
+"""
+
+import asyncio
+import logging
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from quorumq import limits
+from quorumq.core.put_status import PutStatus
+from quorumq.core.quorum import AckRejected, AckTracker
+from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
+                                             RemoteProtocolError, ReplicationConnection, Role)
+from quorumq.errors import QuorumqError
+from quorumq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+_WRITE_BUFFER_HIGH_BYTES = 1 * limits.MiB  # transport bytes queued before the sender pauses
+
+
+class HandshakeRefused(Exception):
+    """A slave's handshake does not fit this master: the connection is closed."""
+
+
+@dataclass(eq=False)
+class _SlaveConnection:
+    handshake: Handshake
+    session: int
+    writer: asyncio.StreamWriter
+    codec: ReplicationConnection
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ReplicationMaster:
+    def __init__(self, store: MessageStore, *, cluster_name: str, broker_name: str,
+                 host: str = "127.0.0.1", port: int = 10912, tracker: AckTracker | None = None,
+                 ha_max_gap_not_in_sync: int = limits.HA_MAX_GAP_NOT_IN_SYNC_DEFAULT,
+                 transfer_batch_bytes: int = limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT,
+                 heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
+                 housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
+                 epoch: int = 0, epoch_start_offset: int = 0) -> None:
+        if not 0 < transfer_batch_bytes <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:
+            raise ValueError(f"haTransferBatchSize must lie in 1..{limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX}")
+        if not 0 < heartbeat_interval_s < housekeeping_interval_s:
+            raise ValueError("the heartbeat interval must be positive and below the housekeeping interval")
+        self._store = store
+        self.cluster_name = cluster_name
+        self.broker_name = broker_name
+        self._host = host
+        self._port = port
+        self.tracker = tracker or AckTracker()
+        self.ha_max_gap_not_in_sync = ha_max_gap_not_in_sync  # live: read on every count
+        self._batch_bytes = transfer_batch_bytes
+        self._heartbeat_s = heartbeat_interval_s
+        self._housekeeping_s = housekeeping_interval_s
+        self.epoch = epoch
+        self.epoch_start_offset = epoch_start_offset
+        self._server: asyncio.Server | None = None
+        self._connections: dict[int, _SlaveConnection] = {}  # slave id -> its current connection
+        self._handlers: dict[asyncio.Task, asyncio.StreamWriter] = {}  # connection handler -> its socket
+        self._timer: asyncio.TimerHandle | None = None
+        self._stopping = False
+
+    # Life cycle.
+
+    async def start(self) -> None:
+        assert self._server is None, "master already started"
+        self._server = await asyncio.start_server(self._serve, self._host, self._port,
+                                                  limit=limits.REPLICATION_READ_BYTES)
+        self._port = self._server.sockets[0].getsockname()[1]
+        log.info("replication master %s/%s listening on %s:%d", self.cluster_name, self.broker_name,
+                 self._host, self._port)
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def stop(self) -> None:
+        """Close the listener and every slave connection; waiting puts get FLUSH_SLAVE_TIMEOUT."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        # Aborting the sockets ends every handler (its read sees the end of the stream); a handler
+        # is not cancelled unless it lingers, as Python 3.11's streams log a cancelled handler.
+        for writer in self._handlers.values():
+            writer.transport.abort()
+        if self._handlers:
+            _, lingering = await asyncio.wait(list(self._handlers), timeout=self._housekeeping_s)
+            for task in lingering:
+                task.cancel()
+            await asyncio.gather(*lingering, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._complete(self.tracker.release_all())
+
+    # What the put path calls.
+
+    def notify_appended(self) -> None:
+        """The commit log grew: wake every sender that has caught up."""
+        for connection in self._connections.values():
+            connection.wake.set()
+
+    def in_sync_replicas(self, master_offset: int | None = None) -> int:
+        """The master plus its slaves within haMaxGapNotInSync of `master_offset` (default: the
+        commit log's end now, i.e. the write position before the next append)."""
+        offset = self._store.max_offset if master_offset is None else master_offset
+        return self.tracker.in_sync_count(offset, self.ha_max_gap_not_in_sync)
+
+    async def wait_acked(self, next_offset: int, need_ack: int, deadline_s: float) -> PutStatus:
+        """PUT_OK once `need_ack` copies, this master's included, hold everything below
+        `next_offset`; FLUSH_SLAVE_TIMEOUT at `deadline_s`, an absolute time on the event loop's
+        clock (`loop.time()`, i.e. time.monotonic())."""
+        if next_offset > self._store.max_offset:
+            raise ValueError(f"offset {next_offset} lies past the end of the commit log {self._store.max_offset}")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PutStatus] = loop.create_future()
+        status = self.tracker.add_waiter(future, next_offset, need_ack, deadline_s)
+        if status is not None:
+            return status
+        self._arm_timer()
+        return await future
+
+    @property
+    def slaves(self) -> dict[int, Handshake]:
+        """The handshake of every slave connected now, by slave id."""
+        return {slave_id: connection.handshake for slave_id, connection in self._connections.items()}
+
+    # Timers.
+
+    def _arm_timer(self) -> None:
+        deadline = self.tracker.next_deadline()
+        if deadline is None:
+            return
+        if self._timer is not None:
+            if self._timer.when() <= deadline:
+                return
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._complete(self.tracker.expire(asyncio.get_running_loop().time()))
+        self._arm_timer()
+
+    @staticmethod
+    def _complete(released: list[tuple[Hashable, PutStatus]]) -> None:
+        for future, status in released:
+            if not future.done():  # its caller may have been cancelled
+                future.set_result(status)
+
+    # One slave connection.
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._handlers[task] = writer
+        peer = writer.get_extra_info("peername")
+        connection: _SlaveConnection | None = None
+        try:
+            if self._stopping:
+                return
+            codec = ReplicationConnection(Role.MASTER)
+            handshake = await self._read_handshake(reader, codec)
+            if handshake is None:
+                return
+            self._check_handshake(handshake)
+            connection = self._attach(handshake, writer, codec)
+            log.info("slave %d (%s) connected from offset %d", handshake.broker_id, peer, handshake.max_offset)
+            await self._run(connection, reader)
+        except (RemoteProtocolError, AckRejected, HandshakeRefused, QuorumqError, OSError, TimeoutError) as exc:
+            if not self._stopping:
+                log.warning("replication connection from %s closed: %s: %s", peer, type(exc).__name__, exc)
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+        finally:
+            if connection is not None:
+                self._detach(connection)
+            writer.close()
+            del self._handlers[task]
+
+    async def _read_handshake(self, reader: asyncio.StreamReader,
+                              codec: ReplicationConnection) -> Handshake | None:
+        async with asyncio.timeout(self._housekeeping_s):
+            while True:
+                event = codec.next_event()
+                if event is NEED_DATA:
+                    codec.feed(await reader.read(limits.REPLICATION_READ_BYTES))
+                    continue
+                if isinstance(event, ConnectionClosed):
+                    return None
+                assert isinstance(event, Handshake), event  # the transition table admits nothing else
+                return event
+
+    def _check_handshake(self, handshake: Handshake) -> None:
+        if (handshake.cluster_name, handshake.broker_name) != (self.cluster_name, self.broker_name):
+            raise HandshakeRefused(f"slave of {handshake.cluster_name}/{handshake.broker_name} at the master "
+                                   f"of {self.cluster_name}/{self.broker_name}")
+        if handshake.epoch > self.epoch:
+            raise HandshakeRefused(f"slave knows epoch {handshake.epoch}, this master is at {self.epoch}")
+        if not self._store.min_offset <= handshake.max_offset <= self._store.max_offset:
+            # Above: the slave holds bytes this master lacks (truncation is the controller's job).
+            # Below: this master no longer has the bytes the slave needs next.
+            raise HandshakeRefused(f"slave {handshake.broker_id} ends at {handshake.max_offset}, outside "
+                                   f"this commit log [{self._store.min_offset}, {self._store.max_offset}]")
+
+    def _attach(self, handshake: Handshake, writer: asyncio.StreamWriter,
+                codec: ReplicationConnection) -> _SlaveConnection:
+        slave_id = handshake.broker_id
+        previous = self._connections.pop(slave_id, None)
+        if previous is not None:
+            log.warning("slave %d connected again; its previous connection is closed", slave_id)
+            previous.writer.close()
+        session = self.tracker.attach(slave_id, handshake.max_offset, handshake.acks_flushed)
+        writer.transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH_BYTES)
+        connection = _SlaveConnection(handshake, session, writer, codec)
+        self._connections[slave_id] = connection
+        return connection
+
+    def _detach(self, connection: _SlaveConnection) -> None:
+        slave_id = connection.handshake.broker_id
+        if self._connections.get(slave_id) is connection:
+            del self._connections[slave_id]
+        if self.tracker.detach(slave_id, connection.session):
+            log.info("slave %d disconnected", slave_id)
+
+    async def _run(self, connection: _SlaveConnection, reader: asyncio.StreamReader) -> None:
+        """Send and receive until either side ends; the first failure is raised."""
+        sender = asyncio.create_task(self._send_loop(connection))
+        receiver = asyncio.create_task(self._receive_loop(connection, reader))
+        try:
+            done, _ = await asyncio.wait((sender, receiver), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sender, receiver):
+                task.cancel()
+            await asyncio.gather(sender, receiver, return_exceptions=True)
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()
+
+    async def _send_loop(self, connection: _SlaveConnection) -> None:
+        slave_id, session = connection.handshake.broker_id, connection.session
+        writer, codec = connection.writer, connection.codec
+        position = connection.handshake.max_offset
+        while True:
+            connection.wake.clear()
+            data = self._store.read_raw(position, self._batch_bytes)
+            if data:
+                writer.write(codec.encode(Data(self.epoch, self.epoch_start_offset, position,
+                                               self._confirm_offset(), data)))
+                position += len(data)
+                self.tracker.on_sent(slave_id, session, position)
+                await writer.drain()
+                # drain() does not yield while the socket takes everything; a slave catching up
+                # must not keep the loop from the put path.
+                await asyncio.sleep(0)
+                continue
+            try:
+                async with asyncio.timeout(self._heartbeat_s):
+                    await connection.wake.wait()
+            except TimeoutError:
+                writer.write(codec.encode(Heartbeat(self.epoch, self.epoch_start_offset, self._store.max_offset,
+                                                    self._confirm_offset())))
+                await writer.drain()
+
+    async def _receive_loop(self, connection: _SlaveConnection, reader: asyncio.StreamReader) -> None:
+        slave_id, session, codec = connection.handshake.broker_id, connection.session, connection.codec
+        while True:
+            async with asyncio.timeout(self._housekeeping_s):
+                codec.feed(await reader.read(limits.REPLICATION_READ_BYTES))
+            while (event := codec.next_event()) is not NEED_DATA:
+                if isinstance(event, ConnectionClosed):
+                    return
+                assert isinstance(event, Ack), event  # the transition table admits nothing else
+                self._complete(self.tracker.on_slave_ack(slave_id, session, event.written_offset,
+                                                         event.flushed_offset))
+
+    def _confirm_offset(self) -> int:
+        return self.tracker.confirmed_offset(self._store.max_offset)

@@ -1,0 +1,200 @@
+"""The slave side of the replication stream: an asyncio adapter around the frame codec
+(core/replication_frames.py). It only moves bytes and timers.
+
+The slave connects to its master's haListenPort and sends a HANDSHAKE with the end of its own
+commit log; the master streams DATA from there. Each DATA is appended with `store.append_raw` at
+exactly the offset the log ends at (the codec already refuses a gap or an overlap; append_raw
+checks the offset and every record again). A protocol error, a refused append, silence for
+`housekeeping_interval_s` or a closed connection ends the session; the slave connects again after
+a backoff (doubling from HA_RECONNECT_BACKOFF_S_MIN to _MAX, reset by a session that received
+something) and resumes from its own max offset.
+
+What an ACK means (the master counts the slave's acked offset toward the quorum):
+
+* `acks_flushed=False` (the slave runs ASYNC_FLUSH): the slave acks what it has written, i.e.
+  what is in its page cache. It survives the slave process dying, not the slave machine.
+* `acks_flushed=True` (the slave runs SYNC_FLUSH): the slave acks what it has fsync'd. After
+  appending, a flush task fdatasyncs in a worker thread (group commit: one sync covers every
+  append before it) and then acks.
+
+Every ACK carries both offsets; the handshake tells the master which one counts. The slave also
+reports at least every `heartbeat_interval_s`, so an idle master does not close the connection.
+"""
+
+import asyncio
+import functools
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from quorumq import limits
+from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
+                                             RemoteProtocolError, ReplicationConnection, Role)
+from quorumq.errors import QuorumqError
+from quorumq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationSlave:
+    def __init__(self, store: MessageStore, *, master_host: str, master_port: int, broker_id: int,
+                 cluster_name: str, broker_name: str, acks_flushed: bool = False, epoch: int = 0,
+                 heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
+                 housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
+                 backoff_min_s: float = limits.HA_RECONNECT_BACKOFF_S_MIN,
+                 backoff_max_s: float = limits.HA_RECONNECT_BACKOFF_S_MAX) -> None:
+        if broker_id < 1:
+            raise ValueError(f"a slave's brokerId must be at least 1, got {broker_id}")
+        if not 0 < heartbeat_interval_s < housekeeping_interval_s:
+            raise ValueError("the heartbeat interval must be positive and below the housekeeping interval")
+        if not 0 < backoff_min_s <= backoff_max_s:
+            raise ValueError("reconnect backoff must satisfy 0 < min <= max")
+        self._store = store
+        self.master_address = (master_host, master_port)  # read at every connection attempt
+        self.broker_id = broker_id
+        self.cluster_name = cluster_name
+        self.broker_name = broker_name
+        self.acks_flushed = acks_flushed
+        self.epoch = epoch  # the highest master epoch this slave has seen
+        self._heartbeat_s = heartbeat_interval_s
+        self._housekeeping_s = housekeeping_interval_s
+        self._backoff_min_s = backoff_min_s
+        self._backoff_max_s = backoff_max_s
+        self._task: asyncio.Task | None = None
+        self._received = False  # the current session has received a frame
+        self._flush_thread: ThreadPoolExecutor | None = None
+        # What the slave last heard from its master, for admin output and tests.
+        self.connected = False
+        self.sessions = 0  # handshakes sent
+        self.failures = 0  # sessions ended by an error
+        self.master_max_offset: int | None = None
+        self.master_confirm_offset: int | None = None
+
+    # Life cycle.
+
+    def start(self) -> None:
+        assert self._task is None, "slave already started"
+        if self.acks_flushed:
+            self._flush_thread = ThreadPoolExecutor(1, thread_name_prefix="quorumq-slave-flush")
+        self._task = asyncio.create_task(self._run(), name=f"quorumq-slave-{self.broker_id}")
+
+    async def stop(self) -> None:
+        """Close the connection and stop reconnecting."""
+        outcome = None
+        if self._task is not None:
+            self._task.cancel()
+            [outcome] = await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._flush_thread is not None:
+            self._flush_thread.shutdown()
+            self._flush_thread = None
+        self.connected = False
+        if isinstance(outcome, Exception):
+            raise outcome  # a bug stopped replication earlier; it was logged then
+
+    async def _run(self) -> None:
+        backoff = self._backoff_min_s
+        while True:
+            self._received = False
+            try:
+                await self._session()
+                log.info("slave %d: the master closed the connection", self.broker_id)
+            except (RemoteProtocolError, QuorumqError, OSError, TimeoutError) as exc:
+                self.failures += 1
+                log.warning("slave %d: replication from %s:%d failed: %s: %s", self.broker_id,
+                            *self.master_address, type(exc).__name__, exc)
+            except Exception:
+                log.exception("slave %d: replication stopped by a bug", self.broker_id)
+                raise
+            finally:
+                self.connected = False
+            # A session that received anything resets the backoff; failing ones double it.
+            backoff = self._backoff_min_s if self._received else min(2 * backoff, self._backoff_max_s)
+            await asyncio.sleep(backoff)
+
+    # One session.
+
+    async def _session(self) -> None:
+        """Connect, handshake and replicate until the connection ends."""
+        host, port = self.master_address
+        async with asyncio.timeout(self._housekeeping_s):
+            reader, writer = await asyncio.open_connection(host, port)
+        codec = ReplicationConnection(Role.SLAVE)
+        self.master_max_offset = self.master_confirm_offset = None
+        flush_wanted = asyncio.Event()
+        tasks: list[asyncio.Task] = []
+        try:
+            writer.write(codec.encode(Handshake(self.broker_id, self.cluster_name, self.broker_name,
+                                                self._store.max_offset, self.epoch, self.acks_flushed)))
+            self.sessions += 1
+            self._send_ack(writer, codec)
+            self.connected = True
+            tasks.append(asyncio.create_task(self._report_loop(writer, codec)))
+            if self.acks_flushed:
+                tasks.append(asyncio.create_task(self._flush_loop(writer, codec, flush_wanted)))
+            for task in tasks:  # a helper that fails closes the socket, which ends the read below
+                task.add_done_callback(functools.partial(_close_on_failure, writer))
+            while True:
+                async with asyncio.timeout(self._housekeeping_s):
+                    data = await reader.read(limits.REPLICATION_READ_BYTES)
+                codec.feed(data)
+                appended, closed = self._take_events(codec)
+                for task in tasks:
+                    if task.done():
+                        task.result()  # raises what ended a helper loop
+                if appended:
+                    if self.acks_flushed:
+                        flush_wanted.set()
+                    else:
+                        self._send_ack(writer, codec)
+                if closed:
+                    return
+                await asyncio.sleep(0)  # read() does not yield while data is buffered
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            writer.close()
+
+    def _take_events(self, codec: ReplicationConnection) -> tuple[bool, bool]:
+        """Apply every complete frame; returns (appended anything, the master closed)."""
+        appended = False
+        while (event := codec.next_event()) is not NEED_DATA:
+            if isinstance(event, ConnectionClosed):
+                return appended, True
+            assert isinstance(event, (Data, Heartbeat)), event  # the transition table admits nothing else
+            self._received = True
+            if isinstance(event, Data):
+                end = self._store.append_raw(event.offset, event.data)
+                assert end == event.end_offset == codec.stream_offset, (end, event.end_offset)
+                appended = True
+            self.epoch = max(self.epoch, event.epoch)
+            if isinstance(event, Heartbeat):
+                self.master_max_offset = event.offset
+            else:
+                self.master_max_offset = max(self.master_max_offset or 0, event.end_offset)
+            self.master_confirm_offset = event.confirm_offset
+        return appended, False
+
+    def _send_ack(self, writer: asyncio.StreamWriter, codec: ReplicationConnection) -> None:
+        flushed = self._store.flushed_offset  # read first: it never passes the written offset
+        written = self._store.max_offset
+        writer.write(codec.encode(Ack(written, min(flushed, written))))
+
+    async def _report_loop(self, writer: asyncio.StreamWriter, codec: ReplicationConnection) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            self._send_ack(writer, codec)
+
+    async def _flush_loop(self, writer: asyncio.StreamWriter, codec: ReplicationConnection,
+                          flush_wanted: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await flush_wanted.wait()
+            flush_wanted.clear()
+            await loop.run_in_executor(self._flush_thread, self._store.flush)
+            self._send_ack(writer, codec)
+
+
+def _close_on_failure(writer: asyncio.StreamWriter, task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        writer.close()

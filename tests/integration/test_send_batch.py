@@ -1,0 +1,123 @@
+"""MessageWriter.SendBatch on a real broker from `quorumq up`: records quorumq's producer encodes
+itself are stored with consecutive queue offsets, and a request breaking a rule gets a status naming
+it (never a gRPC abort) while the broker stores nothing of it and keeps serving."""
+
+import os
+import uuid
+
+import grpc
+import pytest
+
+from quorumq.client import Message, Producer, PullConsumer
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.store import codec
+
+MAX_MESSAGE_SIZE = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_cluster(tmp_path_factory):
+    from harness import LocalCluster
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("send-batch"), sets={"maxMessageSize": str(MAX_MESSAGE_SIZE)})
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def writer(small_cluster):
+    broker = next(p for p in small_cluster["processes"] if p["kind"] == "broker")
+    channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
+    yield pb_grpc.MessageWriterStub(channel)
+    channel.close()
+
+
+def new_topic() -> str:
+    return f"S{uuid.uuid4().hex[:10]}"
+
+
+def records(topic: str, queue_id: int, *bodies: bytes) -> bytes:
+    """Records as the producer encodes them: the broker fills in the offsets and store time."""
+    encoded = b""
+    for index, body in enumerate(bodies):
+        properties = codec.encode_properties({"UNIQ_KEY": f"ID{index}"})
+        size = codec.record_size(topic.encode(), b"127.0.0.1", properties, body)
+        record = bytearray(size)
+        codec.encode_record(memoryview(record), 0, size, topic.encode(), queue_id, 0, 0, 1, b"127.0.0.1", 0,
+                            properties, body)
+        encoded += record
+    return encoded
+
+
+def send(writer, topic: str, queue_id: int, data: bytes, count: int) -> pb.SendBatchResponse:
+    return writer.SendBatch(pb.SendBatchRequest(topic=topic, queue_id=queue_id, records=data, count=count),
+                            timeout=10)
+
+
+def test_send_ok_with_consecutive_offsets(writer):
+    topic = new_topic()
+    first = send(writer, topic, 2, records(topic, 2, b"a", b"b", b"c"), 3)
+    second = send(writer, topic, 2, records(topic, 2, b"d", b"e"), 2)
+    assert (first.status, first.first_queue_offset, first.count, first.detail) == ("SEND_OK", 0, 3, "")
+    assert (second.status, second.first_queue_offset, second.count) == ("SEND_OK", 3, 2)
+
+
+async def test_the_producer_sends_records_that_read_back_in_order(small_cluster):
+    access_point, topic = small_cluster["access_point"], new_topic()
+    sent = [Message(f"m{i}".encode() * 50, tag="t", keys=(f"k{i}",), properties={"i": str(i)}) for i in range(300)]
+    async with Producer(access_point, batch_messages=64) as producer:
+        results = await producer.send_batch(topic, sent, queue_id=1)
+    assert [(r.status, r.queue_offset) for r in results] == [("SEND_OK", i) for i in range(300)]
+    async with PullConsumer(access_point, "G") as consumer:
+        pulled, offset = [], 0
+        while len(pulled) < 300:
+            result = await consumer.pull(topic, 1, offset, 128)
+            pulled, offset = pulled + result.messages, result.next_offset
+    assert [(m.body, m.tag, m.keys, m.properties) for m in pulled] == [
+        (m.body, "t", tuple(m.keys), m.properties) for m in sent]
+    assert [m.message_id for m in pulled] == [r.message_id for r in results]
+    assert all(m.store_timestamp_ms >= m.born_timestamp_ms > 0 and m.store_host for m in pulled)
+
+
+@pytest.mark.parametrize("case, status", [
+    ("illegal topic", "ILLEGAL_TOPIC"),
+    ("body too large", "MESSAGE_BODY_TOO_LARGE"),
+    ("garbage", "RECORD_CORRUPTED"),
+    ("flipped byte", "RECORD_CORRUPTED"),
+    ("wrong queue in a record", "BAD_REQUEST"),
+    ("no such queue", "BAD_REQUEST"),
+    ("negative queue", "BAD_REQUEST"),
+    ("count too large", "BATCH_TOO_LARGE"),
+])
+def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, case, status):
+    topic = new_topic()
+    queue_id, count, data = 0, 2, records(topic, 0, b"one", b"two")
+    if case == "illegal topic":
+        topic = "has space"
+    elif case == "body too large":
+        data = records(topic, 0, b"ok", b"x" * (MAX_MESSAGE_SIZE + 1))
+    elif case == "garbage":
+        data = os.urandom(5000)
+    elif case == "flipped byte":
+        data = bytearray(data)
+        data[-1] ^= 1
+        data = bytes(data)
+    elif case == "wrong queue in a record":
+        data = records(topic, 0, b"one") + records(topic, 1, b"two")
+    elif case == "no such queue":
+        queue_id, data = 999, records(topic, 999, b"one", b"two")
+    elif case == "negative queue":
+        queue_id = -1
+    else:
+        count = 100_000
+    refused = send(writer, topic, queue_id, data, count)
+    assert (refused.status, refused.count, refused.first_queue_offset) == (status, 0, 0), refused
+    assert refused.detail
+    if case in ("body too large", "flipped byte", "wrong queue in a record"):
+        assert refused.detail.startswith("record 1 of the batch"), refused.detail
+    if case != "illegal topic":
+        after = send(writer, topic, 0, records(topic, 0, b"still serving"), 1)
+        assert (after.status, after.first_queue_offset) == ("SEND_OK", 0), "the refused records took no offset"
