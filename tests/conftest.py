@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import LocalCluster
+from harness import SMALL_MESSAGE_SIZE, LocalCluster
 
 
 @pytest.fixture
@@ -27,6 +27,17 @@ def start_cluster(tmp_path):
 def cluster(start_cluster) -> dict:
     """A fresh one-broker cluster for this test: the parsed DIR/cluster.json."""
     return start_cluster()
+
+
+@pytest.fixture(scope="module")
+def small_message_cluster(tmp_path_factory) -> dict:
+    """A one-broker cluster whose maxMessageSize is SMALL_MESSAGE_SIZE, for tests of that limit."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("small-message-cluster"),
+                           sets={"maxMessageSize": str(SMALL_MESSAGE_SIZE)})
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="module")

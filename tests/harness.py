@@ -26,6 +26,7 @@ PORT_RANGE = (21000, 32000)
 CLUSTER_START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 CLI_TIMEOUT_S = 60.0
+SMALL_MESSAGE_SIZE = 64 * 1024  # maxMessageSize of the small_message_cluster fixture
 
 
 def check_for(timeout: float, interval: float, fn: Callable[[], Any], what: str = "") -> Any:

@@ -12,25 +12,14 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
+from harness import SMALL_MESSAGE_SIZE
 from quorumq import limits
 
-MAX_MESSAGE_SIZE = 64 * 1024
 
 
 @pytest.fixture(scope="module")
-def small_cluster(tmp_path_factory):
-    from harness import LocalCluster
-
-    cluster = LocalCluster(tmp_path_factory.mktemp("bad-input"), sets={"maxMessageSize": str(MAX_MESSAGE_SIZE)})
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def stub(small_cluster):
-    broker = next(p for p in small_cluster["processes"] if p["kind"] == "broker")
+def stub(small_message_cluster):
+    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
     channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
     yield v5_grpc.MessagingServiceStub(channel)
     channel.close()
@@ -50,7 +39,7 @@ def send(stub, *messages):
     (message(topic="has space"), v5.Code.ILLEGAL_TOPIC),
     (message(topic="x" * (limits.NAME_LENGTH_MAX + 1)), v5.Code.ILLEGAL_TOPIC),
     (message(body=b""), v5.Code.MESSAGE_BODY_EMPTY),
-    (message(body=b"x" * (MAX_MESSAGE_SIZE + 1)), v5.Code.MESSAGE_BODY_TOO_LARGE),
+    (message(body=b"x" * (SMALL_MESSAGE_SIZE + 1)), v5.Code.MESSAGE_BODY_TOO_LARGE),
     (message(user={"UNIQ_KEY": "mine"}), v5.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (message(tag="a|b"), v5.Code.ILLEGAL_MESSAGE_TAG),
     (message(message_type=v5.MessageType.FIFO, message_group="g"), v5.Code.UNSUPPORTED),
@@ -119,15 +108,15 @@ def _garbage_everywhere(cluster, seed: int) -> list[socket.socket]:
     return idle
 
 
-def test_garbage_and_half_open_connections_do_not_stop_service(small_cluster, stub):
+def test_garbage_and_half_open_connections_do_not_stop_service(small_message_cluster, stub):
     before = send(stub, message(topic="Garbage", body=b"before"))
     assert before.status.code == v5.Code.OK
-    idle = _garbage_everywhere(small_cluster, seed=7)
+    idle = _garbage_everywhere(small_message_cluster, seed=7)
     try:
         time.sleep(0.5)
         after = send(stub, message(topic="Garbage", body=b"after"))
         assert after.status.code == v5.Code.OK
-        route = v5_grpc.MessagingServiceStub(grpc.insecure_channel(small_cluster["access_point"])).QueryRoute(
+        route = v5_grpc.MessagingServiceStub(grpc.insecure_channel(small_message_cluster["access_point"])).QueryRoute(
             v5s.QueryRouteRequest(topic=v5.Resource(name="Garbage")), timeout=10)
         assert route.status.code == v5.Code.OK
         bodies = set()

@@ -8,28 +8,17 @@ import uuid
 import grpc
 import pytest
 
+from harness import SMALL_MESSAGE_SIZE
 from quorumq.client import Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.store import codec
 
-MAX_MESSAGE_SIZE = 64 * 1024
 
 
 @pytest.fixture(scope="module")
-def small_cluster(tmp_path_factory):
-    from harness import LocalCluster
-
-    cluster = LocalCluster(tmp_path_factory.mktemp("send-batch"), sets={"maxMessageSize": str(MAX_MESSAGE_SIZE)})
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def writer(small_cluster):
-    broker = next(p for p in small_cluster["processes"] if p["kind"] == "broker")
+def writer(small_message_cluster):
+    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
     channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
     yield pb_grpc.MessageWriterStub(channel)
     channel.close()
@@ -65,8 +54,8 @@ def test_send_ok_with_consecutive_offsets(writer):
     assert (second.status, second.first_queue_offset, second.count) == ("SEND_OK", 3, 2)
 
 
-async def test_the_producer_sends_records_that_read_back_in_order(small_cluster):
-    access_point, topic = small_cluster["access_point"], new_topic()
+async def test_the_producer_sends_records_that_read_back_in_order(small_message_cluster):
+    access_point, topic = small_message_cluster["access_point"], new_topic()
     sent = [Message(f"m{i}".encode() * 50, tag="t", keys=(f"k{i}",), properties={"i": str(i)}) for i in range(300)]
     async with Producer(access_point, batch_messages=64) as producer:
         results = await producer.send_batch(topic, sent, queue_id=1)
@@ -98,7 +87,7 @@ def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, 
     if case == "illegal topic":
         topic = "has space"
     elif case == "body too large":
-        data = records(topic, 0, b"ok", b"x" * (MAX_MESSAGE_SIZE + 1))
+        data = records(topic, 0, b"ok", b"x" * (SMALL_MESSAGE_SIZE + 1))
     elif case == "garbage":
         data = os.urandom(5000)
     elif case == "flipped byte":
