@@ -215,9 +215,8 @@ def test_full_disk_fails_at_segment_creation(tmp_path):
     mount_point.mkdir()
     if os.system(f"mount -t tmpfs -o size=256k tmpfs {mount_point} 2>/dev/null") != 0:
         pytest.skip("cannot mount a small tmpfs here")
+    store = MessageStore(mount_point / "s", segment_bytes=SEGMENT_BYTES, store_host="h", clock=ManualClock())
     try:
-        store = MessageStore(mount_point / "s", segment_bytes=SEGMENT_BYTES, store_host="h",
-                             clock=ManualClock())
         store.open()
         appended = 0
         with pytest.raises(QuorumqError) as raised:
@@ -226,9 +225,10 @@ def test_full_disk_fails_at_segment_creation(tmp_path):
                 appended += 1
         assert raised.value.error is Error.DISK_FULL
         assert len(queue_bodies(store, "T", 0)) == appended > 0  # what was acked is intact
-        store.close()
     finally:
-        os.system(f"umount {mount_point}")
+        if store.is_open:
+            store.close()
+        os.system(f"umount -l {mount_point}")  # lazy: a mount must never outlive the test
 
 
 def test_get_records_returns_checked_whole_records(tmp_path):

@@ -98,3 +98,19 @@ def test_replica_rolls_segments_like_the_master(tmp_path):
     assert [p.name for p in segment_files(replica.root)] == [p.name for p in segment_files(master.root)]
     master.close()
     replica.close()
+
+
+def test_read_raw_inside_a_record_is_the_callers_error_not_corruption(tmp_path):
+    """A slave may report an offset inside a record (its log diverged, or it is buggy): the master
+    refuses that read and keeps serving everything, reads and appends alike."""
+    store = open_store(tmp_path / "master")
+    store.append([message(0), message(1)])
+    with pytest.raises(QuorumqError) as raised:
+        store.read_raw(7, 1 << 16)
+    assert raised.value.error is Error.ILLEGAL_OFFSET
+    assert store.corrupt_offset is None
+    assert len(store.read_raw(0, 1 << 16)) == store.max_offset
+    store.append([message(2)])
+    assert [m.body for m in store.get_messages("T", 0, 0, 10, 1 << 20).messages] == [
+        message(index).body for index in range(3)]
+    store.close()

@@ -533,8 +533,10 @@ class MessageStore:
             data = memoryview(self._commit_log.read(offset, size))
             frame, size = check_frame(data, 0, segment_end - offset, offset)
         if frame not in (Frame.MESSAGE, Frame.BLANK) or size > len(data):
-            self._mark_corrupt(offset, frame.name)
-            raise self._corruption_error(offset)
+            # The offset comes from the caller (a slave's report): no record starting there is the
+            # caller's error, not proof of corruption, so the store is not marked for it.
+            raise QuorumqError(Error.ILLEGAL_OFFSET, f"no whole record starts at commit-log offset {offset} "
+                               f"({frame.name})")
         position = size
         while position < len(data):
             log_offset = offset + position
