@@ -34,8 +34,10 @@ run: setup
 test: setup
 	$(PY) -m pytest
 
+# The settings docs/benchmarks.md reports; each script prints its table and writes bench/results/.
 bench: setup
-	for bench in bench/bench_*.py; do $(PY) $$bench || exit 1; done
+	$(PY) bench/bench_store.py
+	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 
 clean:
 	rm -rf run .pytest_cache
