@@ -18,13 +18,12 @@ from quorumq.config import Config
 from quorumq.core.put_status import PutStatus
 from quorumq.core.retention import parse_delete_when, retention_action
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import AppendResult, GetResult, GetStatus, MessageIn, MessageStore, TopicConfig, TopicConfigs
+from quorumq.store import (PERM_READ, PERM_WRITE, AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
+                           TopicConfig, TopicConfigs)
 from quorumq.store.flush import Flusher
 
 log = logging.getLogger("quorumq.broker")
 
-PERM_READ = 4
-PERM_WRITE = 2
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.endpoint.messaging import MessagingService
 from quorumq.endpoint.reader import MessageReaderService
+from quorumq.namesrv.registry import RouteRegistry
 from quorumq.endpoint.writer import MessageWriterService
 
 log = logging.getLogger("quorumq.broker")
@@ -58,20 +59,10 @@ class NameServerLink:
         return self._local_route(topic)
 
     def _local_route(self, topic: str) -> pb.TopicRoute | None:
-        registration = self.broker.registration()
-        configs = [config for config in registration.topics if config.name == topic]
-        if not configs and registration.auto_create_topic:
-            configs = [pb.TopicConfig(name=topic, read_queue_nums=registration.default_queue_nums,
-                                      write_queue_nums=registration.default_queue_nums, perm=registration.perm)]
-        if not configs:
-            return None
-        config = configs[0]
-        return pb.TopicRoute(
-            topic=topic,
-            queues=[pb.QueueData(broker_name=registration.broker_name, read_queue_nums=config.read_queue_nums,
-                                 write_queue_nums=config.write_queue_nums, perm=config.perm)],
-            brokers=[pb.BrokerData(cluster=registration.cluster, broker_name=registration.broker_name,
-                                   addresses={registration.broker_id: registration.address})])
+        """This broker's own route for a topic, built by the name server's rules."""
+        registry = RouteRegistry(not_active_timeout_ms=0)
+        registry.register(self.broker.registration(), now_ms=0)
+        return registry.route(topic)
 
     async def keep_registered(self) -> None:
         """Register every period, and at once whenever topics change."""

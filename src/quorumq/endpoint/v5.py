@@ -7,11 +7,10 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error, QuorumqError
+from quorumq.store import PERM_READ, PERM_WRITE
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
 NO_NEW_MESSAGE = v5.Status(code=v5.Code.MESSAGE_NOT_FOUND, message="no new message")
-PERM_READ = 4
-PERM_WRITE = 2
 MASTER_ID = 0
 
 

@@ -11,10 +11,11 @@ from quorumq.store.message_store import (AppendResult, GetResult, GetStatus, Mes
                                          RecoveryReport)
 from quorumq.store.recovery import Damage, classify_damage
 from quorumq.store.retention import segments_to_delete
-from quorumq.store.topic_configs import TopicConfig, TopicConfigs
+from quorumq.store.topic_configs import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigs
 
 __all__ = [
     "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "MessageIn",
-    "MessageStore", "RecoveryReport", "StoredMessage", "TopicConfig", "TopicConfigs", "classify_damage",
+    "MessageStore", "PERM_READ", "PERM_WRITE", "RecoveryReport", "StoredMessage", "TopicConfig",
+    "TopicConfigs", "classify_damage",
     "segments_to_delete", "tag_hash", "write_atomically",
 ]

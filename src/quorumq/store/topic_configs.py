@@ -12,7 +12,10 @@ from quorumq.errors import Error, QuorumqError
 from quorumq.store.atomic_file import write_atomically
 
 FILE_NAME = "topics.json"
-PERM_READ_WRITE = 6  # RocketMQ's PermName: 4 readable, 2 writable, 1 inherited
+# RocketMQ's PermName bits: 4 readable, 2 writable, 1 inherited.
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
 
 @dataclass(frozen=True, slots=True)
