@@ -154,10 +154,11 @@ class LocalCluster:
 
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
-                 base_port: int | None = None) -> None:
+                 base_port: int | None = None, replicas: int = 1) -> None:
         self.directory = Path(directory)
         self.base_port = base_port or free_base_port()
-        self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers)]
+        self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers),
+                     "--replicas", str(replicas)]
         if cluster:
             self.args += ["--cluster", cluster]
         for key, value in (sets or {}).items():

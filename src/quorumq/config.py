@@ -84,6 +84,18 @@ KEYS: dict[str, Key] = {
     "autoCreateTopicEnable": Key(_bool, True, B, live=True),
     "defaultTopicQueueNums": Key(int, 8, B, live=True),
     "longPollingEnable": Key(_bool, True, B),
+    # Replication (RIP-34 quorum write; spec rocketmq-ha.md 1.1). The quorum keys apply to the next send.
+    "totalReplicas": Key(int, 1, B),
+    "inSyncReplicas": Key(int, 1, B, live=True),
+    "minInSyncReplicas": Key(int, 1, B, live=True),
+    "enableAutoInSyncReplicas": Key(_bool, False, B, live=True),
+    "haMaxGapNotInSync": Key(int, limits.HA_MAX_GAP_NOT_IN_SYNC_DEFAULT, B, live=True),
+    "slaveTimeout": Key(int, limits.SLAVE_TIMEOUT_MS_DEFAULT, B, live=True),
+    "enableSlaveActingMaster": Key(_bool, False, B),
+    "syncBrokerMemberGroupPeriod": Key(int, 1000, B),
+    "haSendHeartbeatInterval": Key(int, limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT, B),
+    "haHousekeepingInterval": Key(int, limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT, B),
+    "haTransferBatchSize": Key(int, limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT, B),
     # Name server.
     "brokerNotActiveTimeoutMillis": Key(int, 120_000, N),
     "scanNotActiveBrokerInterval": Key(int, 5000, N),
@@ -97,19 +109,18 @@ ROCKETMQ_KEYS_UNUSED = frozenset("""
     deleteConsumeQueueFilesInterval destroyMapedFileIntervalForcibly enableCalcFilterBitMap
     enableConsumeQueueExt enableDLegerCommitLog enablePropertyFilter fetchNamesrvAddrByAddressServer
     filterServerNums flushCommitLogLeastPages flushCommitLogThoroughInterval flushConsumeQueueLeastPages
-    flushConsumeQueueThoroughInterval flushIntervalConsumeQueue haHousekeepingInterval haSendHeartbeatInterval
-    haTransferBatchSize highSpeedMode mappedFileSizeConsumeQueue maxTransferBytesOnMessageInDisk
-    maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk maxTransferCountOnMessageInMemory
-    messageDelayLevel messageIndexEnable messageIndexSafe pullMessageThreadPoolNums
-    putMsgIndexHightWater queryMessageThreadPoolNums redeleteHangedFileInterval rejectTransactionMessage
-    sendMessageThreadPoolNums sendThreadPoolQueueCapacity serverChannelMaxIdleTimeSeconds
-    serverSelectorThreads serverWorkerThreads slaveReadEnable storePathCommitLog storePathConsumeQueue
-    storePathIndex transientStorePoolEnable transientStorePoolSize useEpollNativeSelector
+    flushConsumeQueueThoroughInterval flushIntervalConsumeQueue highSpeedMode mappedFileSizeConsumeQueue
+    maxTransferBytesOnMessageInDisk maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk
+    maxTransferCountOnMessageInMemory messageDelayLevel messageIndexEnable messageIndexSafe
+    pullMessageThreadPoolNums putMsgIndexHightWater queryMessageThreadPoolNums
+    redeleteHangedFileInterval rejectTransactionMessage sendMessageThreadPoolNums
+    sendThreadPoolQueueCapacity serverChannelMaxIdleTimeSeconds serverSelectorThreads
+    serverWorkerThreads slaveReadEnable storePathCommitLog storePathConsumeQueue storePathIndex
+    transientStorePoolEnable transientStorePoolSize useEpollNativeSelector
     useReentrantLockWhenPutMessage warmMapedFileEnable checkCRCOnRecover traceTopicEnable
-    totalReplicas inSyncReplicas minInSyncReplicas enableAutoInSyncReplicas haMaxGapNotInSync
-    slaveTimeout enableSlaveActingMaster enableControllerMode controllerAddr brokerElectionPriority
-    allAckInSyncStateSet haMaxTimeSlaveNotCatchup enableElectUncleanMaster enablePreferredMaster
-    syncBrokerMemberGroupPeriod kvConfigPath configStorePath orderMessageEnable
+    enableControllerMode controllerAddr brokerElectionPriority allAckInSyncStateSet
+    haMaxTimeSlaveNotCatchup enableElectUncleanMaster enablePreferredMaster kvConfigPath configStorePath
+    orderMessageEnable
     """.split())
 
 
@@ -209,6 +220,24 @@ class Config:
         if not 0 < queues <= limits.QUEUES_PER_TOPIC_MAX:
             raise QuorumqError(Error.CONFIG_INVALID,
                                f"defaultTopicQueueNums must lie in 1..{limits.QUEUES_PER_TOPIC_MAX}")
+        self._check_replication()
+
+    def _check_replication(self) -> None:
+        values = self._values
+        slave, broker_id = values["brokerRole"] == "SLAVE", values["brokerId"]
+        if slave and broker_id < 1 or not slave and broker_id != 0:
+            raise QuorumqError(Error.CONFIG_INVALID, f"brokerId {broker_id} does not fit brokerRole "
+                                                     f"{values['brokerRole']}: a master is 0, a slave 1 or more")
+        for name in ("totalReplicas", "inSyncReplicas", "minInSyncReplicas", "haMaxGapNotInSync", "slaveTimeout",
+                     "syncBrokerMemberGroupPeriod"):
+            if values[name] < 1:
+                raise QuorumqError(Error.CONFIG_INVALID, f"{name} must be at least 1, got {values[name]}")
+        if not 0 < values["haTransferBatchSize"] <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:
+            raise QuorumqError(Error.CONFIG_INVALID, "haTransferBatchSize must lie in "
+                                                     f"1..{limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX}")
+        if not 0 < values["haSendHeartbeatInterval"] < values["haHousekeepingInterval"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "haSendHeartbeatInterval must be positive and below "
+                                                     "haHousekeepingInterval")
 
 
 def _parse_value(name: str, text: str) -> Any:

@@ -54,6 +54,8 @@ class Error(Enum):
     STORE_CORRUPTED = ErrorKind(Code.INTERNAL_ERROR, grpc.StatusCode.DATA_LOSS, False)
     CONFIG_INVALID = ErrorKind(Code.BAD_REQUEST, grpc.StatusCode.INVALID_ARGUMENT, False)
     INTERNAL_ERROR = ErrorKind(Code.INTERNAL_ERROR, grpc.StatusCode.INTERNAL, True)
+    # RocketMQ's SERVICE_NOT_AVAILABLE: a slave refuses writes (its master takes them).
+    SERVICE_NOT_AVAILABLE = ErrorKind(Code.HA_NOT_AVAILABLE, grpc.StatusCode.UNAVAILABLE, True)
 
     @property
     def code(self) -> int:

@@ -90,6 +90,8 @@ HA_MAX_GAP_NOT_IN_SYNC_DEFAULT = 256 * MiB  # haMaxGapNotInSync; the seeds' "256
 HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT = 5000  # haSendHeartbeatInterval: report/heartbeat when idle
 HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT = 20_000  # haHousekeepingInterval: silence closes the connection
 SLAVE_TIMEOUT_MS_DEFAULT = 3000  # slaveTimeout: how long a put waits for slave acks
+# Message ids a broker remembers so that a client's retry is not stored twice (in memory only).
+RECENT_MESSAGE_IDS_MAX = 100_000
 HA_RECONNECT_BACKOFF_S_MIN = 0.05  # a slave's first retry after losing its master
 HA_RECONNECT_BACKOFF_S_MAX = 5.0
 

@@ -14,6 +14,7 @@ import random
 import pytest
 
 from harness import async_check_for
+from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.core.put_status import PutStatus
 from quorumq.core.replication_frames import (NEED_DATA, Ack, Data, Handshake, ReplicationConnection, Role,
@@ -24,6 +25,7 @@ from quorumq.store import MessageIn, MessageStore
 SEGMENT_BYTES = 64 * 1024  # the smallest segment: the stream crosses segment ends and BLANKs
 CLUSTER, BROKER = "DefaultCluster", "broker-a"
 WAIT_S = 5.0
+GAP = limits.HA_MAX_GAP_NOT_IN_SYNC_DEFAULT
 
 
 def open_store(root) -> MessageStore:
@@ -117,13 +119,13 @@ async def test_slaves_get_byte_identical_logs_and_the_same_queues(group):
         assert raw_log(store) == expected_log
         assert queues(store) == expected_queues
     assert {1, 2} == set(master.slaves)
-    assert master.in_sync_replicas() == 3
+    assert master.in_sync_replicas(GAP) == 3
 
 
 async def test_wait_acked_succeeds_with_an_ack_and_times_out_without_one(group):
     master_store, master, slave_stores, slaves = group
     rng = random.Random(8)
-    await async_check_for(WAIT_S, 0.01, lambda: master.in_sync_replicas() == 3, "both slaves in sync")
+    await async_check_for(WAIT_S, 0.01, lambda: master.in_sync_replicas(GAP) == 3, "both slaves in sync")
     loop = asyncio.get_running_loop()
     end = append(master_store, master, messages(rng, 0, 5))
     assert await master.wait_acked(end, 3, loop.time() + WAIT_S) is PutStatus.PUT_OK
@@ -144,7 +146,7 @@ async def test_wait_acked_succeeds_with_an_ack_and_times_out_without_one(group):
     end = append(master_store, master, messages(rng, 20, 1))
     assert await master.wait_acked(end, 2, loop.time() + 0.2) is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert master_store.max_offset == end > before  # the message stays on the master
-    assert master.in_sync_replicas() == 1
+    assert master.in_sync_replicas(GAP) == 1
 
 
 async def test_waiting_puts_are_released_in_order_by_one_ack(group):
@@ -220,7 +222,7 @@ async def test_master_refuses_a_slave_that_lies_about_its_offsets(tmp_path):
         writer.write(encode_frame(Ack(end + 1, 0)))  # more than the master has: a lie
         await async_check_for(WAIT_S, 0.01, lambda: 5 not in master.slaves, "liar detached")
         writer.close()
-        assert master.in_sync_replicas() == 1
+        assert master.in_sync_replicas(GAP) == 1
         loop = asyncio.get_running_loop()
         assert await master.wait_acked(end, 2, loop.time() + 0.1) is PutStatus.FLUSH_SLAVE_TIMEOUT
     finally:
@@ -281,7 +283,7 @@ async def test_heartbeats_keep_an_idle_connection_and_a_silent_slave_is_dropped(
         more = append(master_store, master, messages(random.Random(13), 10, 1))
         assert await master.wait_acked(more, 3, loop.time() + 0.2) is PutStatus.FLUSH_SLAVE_TIMEOUT
         await async_check_for(WAIT_S, 0.01, lambda: 9 not in master.slaves, "silent slave dropped")
-        assert master.in_sync_replicas() == 2
+        assert master.in_sync_replicas(GAP) == 2
         writer.close()
     finally:
         await slave.stop()

@@ -68,6 +68,10 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
         return pb.ConfigMap(entries=self.broker.status())
 
     @aborts_on_error
+    def GetMetadata(self, request):
+        return self.broker.metadata()
+
+    @aborts_on_error
     def GetConsumerProgress(self, request):
         check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
         return self._progress(request.group, request.topic)

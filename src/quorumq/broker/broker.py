@@ -1,5 +1,9 @@
 """The broker assembled: topics, the send path, the read paths and housekeeping over one store.
 
+A master streams its commit log to its slaves (replication/master.py) and, as a SYNC_MASTER, holds
+each send until the copies RIP-34 asks for hold it (core/quorum.py decides, spec rocketmq-ha.md
+1.2). A slave follows its master (replication/slave.py) and refuses sends.
+
 All state is owned by the event-loop thread; only fdatasync runs in a worker thread (the flusher).
 """
 
@@ -15,9 +19,13 @@ from quorumq.broker.consumers import ConsumerGroups, read_messages
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config
+from quorumq.core.properties import MESSAGE_ID
 from quorumq.core.put_status import PutStatus
+from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, plan_put
+from quorumq.core.recent_sends import RecentSends, StoredCopy
 from quorumq.core.retention import parse_delete_when, retention_action
 from quorumq.errors import Error, QuorumqError
+from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import (PERM_READ, PERM_WRITE, AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
                            TopicConfig, TopicConfigs)
 from quorumq.store.flush import Flusher
@@ -70,6 +78,13 @@ class Broker:
         self.writable = True
         self.stats = {"msgPutTotal": 0, "msgGetTotal": 0, "sendRejectedTotal": 0}
         self._round_robin: dict[str, int] = {}
+        self.role = BrokerRole(config["brokerRole"])
+        # The broker member group's size (spec 1.3): totalReplicas until the name server answers.
+        self.alive_replicas = config["totalReplicas"]
+        self.replication: ReplicationMaster | None = None  # a master's stream to its slaves
+        self.slave: ReplicationSlave | None = None  # a slave's stream from its master, once it is known
+        self.master_address = ""  # a slave's master (gRPC), from the name server
+        self.recent_sends = RecentSends()
 
     def open(self) -> None:
         report = self.store.open()
@@ -78,8 +93,41 @@ class Broker:
         self.consumers = ConsumerGroups(self.store, Path(self.config["storePathRootDir"]), self.clock)
         self.flusher = Flusher(self.store, sync_flush=self.config["flushDiskType"] == "SYNC_FLUSH",
                                interval_ms=self.config["flushIntervalCommitLog"])
+        if self.role is not BrokerRole.SLAVE:
+            self.replication = ReplicationMaster(
+                self.store, cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
+                host=self.config["bindAddress"], port=self.config["haListenPort"],
+                transfer_batch_bytes=self.config["haTransferBatchSize"], **self._ha_intervals())
+
+    def _ha_intervals(self) -> dict[str, float]:
+        return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,
+                "housekeeping_interval_s": self.config["haHousekeepingInterval"] / 1000}
+
+    def follow(self, master_address: str, master_ha_address: str) -> None:
+        """A slave learned its master's addresses from the name server: replicate from there."""
+        self.master_address = master_address
+        host, _, port = master_ha_address.rpartition(":")
+        if self.slave is None:
+            self.slave = ReplicationSlave(
+                self.store, master_host=host, master_port=int(port), broker_id=self.config["brokerId"],
+                cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
+                acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", **self._ha_intervals())
+            self.slave.start()
+            log.info("following master %s (replication from %s)", master_address, master_ha_address)
+        elif self.slave.master_address != (host, int(port)):
+            log.warning("the master moved to %s (replication from %s)", master_address, master_ha_address)
+            self.slave.master_address = (host, int(port))
+
+    async def start(self) -> None:
+        self.flusher.start()
+        if self.replication is not None:
+            await self.replication.start()
 
     async def close(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
+        if self.slave is not None:
+            await self.slave.stop()
         await self.flusher.stop()
         self.consumers.persist()
         self.store.close()
@@ -108,6 +156,29 @@ class Broker:
         self.store.delete_topic(topic)
         self.consumers.delete_topic(topic)
         self.topics_changed.set()
+
+    def metadata(self) -> pb.BrokerMetadata:
+        """What a slave copies besides the commit log: topic configs and consumer positions."""
+        return pb.BrokerMetadata(
+            topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
+                                   write_queue_nums=config.write_queue_nums, perm=config.perm)
+                    for config in self.topics.all()],
+            offsets=[pb.QueueOffset(group=group, topic=topic, queue_id=queue_id, offset=offset)
+                     for group, topic, queue_id, offset in self.consumers.positions()])
+
+    def adopt_metadata(self, metadata: pb.BrokerMetadata) -> None:
+        """A slave mirrors its master's topics and consumer positions."""
+        for topic in {config.name for config in self.topics.all()} - {config.name for config in metadata.topics}:
+            self.delete_topic(topic)
+        before = self.topics.all()
+        for config in metadata.topics:
+            self.topics.put(TopicConfig(config.name, config.read_queue_nums, config.write_queue_nums, config.perm))
+        if self.topics.all() != before:
+            self.topics_changed.set()
+        for position in metadata.offsets:
+            if self.consumers.committed(position.group, position.topic, position.queue_id) != position.offset:
+                self.consumers.commit(position.group, position.topic, position.queue_id, position.offset)
+        self.consumers.persist()
 
     def readable_queue_ids(self, topic: str) -> list[int]:
         config = self.topic_config(topic, create=False)
@@ -156,41 +227,69 @@ class Broker:
         return queue_id
 
     async def put(self, messages: list[MessageIn | QuorumqError]) -> list[PutResult]:
-        """Append what passed the checks with one write; wait for the flush the config asks for."""
+        """Append what passed the checks with one write; wait for the flush and the copies the config
+        asks for. A message whose id this master stored recently is a client's retry: it is not
+        stored again, and it gets the first copy's outcome once that copy has its quorum."""
         results = [PutResult(None, error=item) if isinstance(item, QuorumqError) else None for item in messages]
         accepted: list[tuple[int, MessageIn]] = []
+        retried: list[tuple[int, StoredCopy]] = []
         for index, message in enumerate(messages):
             if results[index] is not None:
+                continue
+            copy = self.recent_sends.get(message.properties.get(MESSAGE_ID, ""))
+            if copy is not None:
+                retried.append((index, copy))
                 continue
             try:
                 message.queue_id = self._writable_queue(message.topic, message.queue_id)
                 accepted.append((index, message))
             except QuorumqError as error:
                 results[index] = PutResult(None, error=error)
-        if accepted:
-            batch = [message for _, message in accepted]
-            try:
+        try:
+            if accepted:
+                batch = [message for _, message in accepted]
                 status, appended = await self._append(len(batch), {message.topic for message in batch},
-                                                      lambda: self.store.append(batch))
-            except QuorumqError as error:  # refused whole: disk full, overload, a store that stopped
-                for index, _ in accepted:
+                                                      lambda: self._remember(batch, self.store.append(batch)))
+                offsets = appended.offsets if appended is not None else [(-1, -1)] * len(batch)
+                for (index, message), (_, queue_offset) in zip(accepted, offsets):
+                    results[index] = PutResult(status, message.queue_id, queue_offset)
+            if retried:
+                self._check_role()
+                status = await self._await_copies(max(copy.end_offset for _, copy in retried),
+                                                  self._plan_put().need_ack)
+                for index, copy in retried:
+                    results[index] = PutResult(status, copy.queue_id, copy.queue_offset)
+        except QuorumqError as error:  # refused whole: disk full, overload, a slave, a store that stopped
+            for index in [index for index, _ in accepted] + [index for index, _ in retried]:
+                if results[index] is None:
                     results[index] = PutResult(None, error=error)
-                return results
-            for (index, message), (_, queue_offset) in zip(accepted, appended.offsets):
-                results[index] = PutResult(status, message.queue_id, queue_offset)
         return results
+
+    def _remember(self, batch: list[MessageIn], appended: AppendResult) -> AppendResult:
+        """Note the ids of what was just stored, before any wait, so a retry during the wait finds them."""
+        for message, (_, queue_offset) in zip(batch, appended.offsets):
+            self.recent_sends.add(message.properties.get(MESSAGE_ID, ""),
+                                  StoredCopy(message.queue_id, queue_offset, appended.end_offset))
+        return appended
 
     async def put_encoded(self, topic: str, queue_id: int, records: bytes, count: int) -> tuple[PutStatus, int]:
         """Append records a producer encoded for one queue (store.append_encoded), through the same
         admission and flush wait as `put`. Returns the status and the first record's queue offset;
-        a refusal raises, since the records are stored all or none."""
+        a refusal raises, since the records are stored all or none. IN_SYNC_REPLICAS_NOT_ENOUGH
+        stores none: its queue offset is -1."""
         queue_id = self._writable_queue(topic, queue_id)
         max_body_bytes = self.config["maxMessageSize"]
         status, appended = await self._append(
             count, (topic,), lambda: self.store.append_encoded(topic, queue_id, records, count, max_body_bytes))
-        return status, appended.offsets[0][1]
+        return status, appended.offsets[0][1] if appended is not None else -1
+
+    def _check_role(self) -> None:
+        if self.role is BrokerRole.SLAVE:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{self.address} is a slave of "
+                                                            f"{self.config['brokerName']}; its master takes sends")
 
     def _admit(self, count: int) -> None:
+        self._check_role()
         if not self.writable:
             self.stats["sendRejectedTotal"] += count
             raise QuorumqError(Error.DISK_FULL, "disk usage is above diskSpaceWarningLevelRatio; writes resume "
@@ -201,24 +300,58 @@ class Broker:
                                                         "wait to be stored; retry later")
 
     async def _append(self, count: int, topics: Iterable[str],
-                      store_append: Callable[[], AppendResult]) -> tuple[PutStatus, AppendResult]:
-        """Every send path's append: admission against the pending bound, `store_append` (one write
-        of `count` messages), the flush wait the config asks for, then wake the topics' long polls."""
+                      store_append: Callable[[], AppendResult]) -> tuple[PutStatus, AppendResult | None]:
+        """Every send path's append: admission against the pending bound, the quorum pre-check
+        (IN_SYNC_REPLICAS_NOT_ENOUGH appends nothing: no AppendResult), `store_append` (one write of
+        `count` messages), the flush and replica waits, then wake the topics' long polls."""
         self._admit(count)
+        plan = self._plan_put()
+        if plan.rejected:
+            self.stats["sendRejectedTotal"] += count
+            return PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, None
         self.pending_messages += count
         try:
             appended = store_append()
-            status = PutStatus.PUT_OK
-            if self.config["flushDiskType"] == "SYNC_FLUSH":
-                timeout_s = self.config["syncFlushTimeout"] / 1000
-                if not await self.flusher.wait_flushed(appended.end_offset, timeout_s):
-                    status = PutStatus.FLUSH_DISK_TIMEOUT
+            self.replication.notify_appended()
+            status = await self._await_copies(appended.end_offset, plan.need_ack)
         finally:
             self.pending_messages -= count
         for topic in topics:
             self.arrivals.notify(topic)
         self.stats["msgPutTotal"] += count
         return status, appended
+
+    def quorum_settings(self) -> QuorumSettings:
+        config = self.config
+        return QuorumSettings(self.role, config["inSyncReplicas"], config["minInSyncReplicas"],
+                              config["enableAutoInSyncReplicas"], config["haMaxGapNotInSync"],
+                              config["enableSlaveActingMaster"])
+
+    def in_sync_replicas(self) -> int:
+        """The master and its slaves within haMaxGapNotInSync of the commit log's end."""
+        return self.replication.in_sync_replicas(self.config["haMaxGapNotInSync"])
+
+    def _plan_put(self) -> AckPlan:
+        return plan_put(self.quorum_settings(), wait_store_msg_ok=True, alive_replicas=self.alive_replicas,
+                        ha_in_sync=self.in_sync_replicas())
+
+    async def _await_copies(self, end_offset: int, need_ack: int) -> PutStatus:
+        """Wait, side by side, for the flush the config asks for and for `need_ack` copies (the
+        master's included) of everything below `end_offset`; the replica outcome wins."""
+        flush = replicas = None
+        if self.config["flushDiskType"] == "SYNC_FLUSH":
+            flush = self.flusher.wait_flushed(end_offset, self.config["syncFlushTimeout"] / 1000)
+        if need_ack > 1:
+            deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
+            replicas = self.replication.wait_acked(end_offset, need_ack, deadline)
+        flushed, replica_status = True, PutStatus.PUT_OK
+        if flush is not None and replicas is not None:
+            flushed, replica_status = await asyncio.gather(flush, replicas)
+        elif flush is not None:
+            flushed = await flush
+        elif replicas is not None:
+            replica_status = await replicas
+        return final_status(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, replica_status)
 
     # Housekeeping.
 
@@ -233,7 +366,7 @@ class Broker:
                     for config in self.topics.all()],
             auto_create_topic=self.config["autoCreateTopicEnable"],
             default_queue_nums=self.config["defaultTopicQueueNums"], perm=self.config["brokerPermission"],
-            max_offset=self.store.max_offset)
+            max_offset=self.store.max_offset, acting_master=self.config["enableSlaveActingMaster"])
 
     def clean_files(self) -> None:
         ratio = self.store.disk_usage_ratio()
@@ -257,4 +390,13 @@ class Broker:
                        flushedOffset=self.store.flushed_offset, pendingMessages=self.pending_messages,
                        topicCount=len(self.topics.all()), diskUsedRatio=round(self.store.disk_usage_ratio(), 4),
                        writable=self.writable, brokerRole=self.config["brokerRole"])
+        if self.replication is not None:
+            figures.update(aliveReplicas=self.alive_replicas, inSyncReplicas=self.in_sync_replicas(),
+                           slaves=",".join(str(slave_id) for slave_id in sorted(self.replication.slaves)),
+                           waitingForSlaves=self.replication.tracker.waiting)
+        if self.role is BrokerRole.SLAVE:
+            slave = self.slave
+            figures.update(masterAddress=self.master_address,
+                           replicating=bool(slave and slave.connected),
+                           masterMaxOffset=slave.master_max_offset if slave else "")
         return {key: str(value) for key, value in figures.items()}

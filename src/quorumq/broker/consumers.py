@@ -156,11 +156,20 @@ class ConsumerGroups:
         leases = self._leases.get((group, topic, queue_id))
         return leases.committed if leases is not None else self.offsets.get(group, topic, queue_id)
 
+    def positions(self) -> list[tuple[str, str, int, int]]:
+        """Every group's position: (group, topic, queue id, offset)."""
+        self._settle()
+        return self.offsets.items()
+
     def persist(self) -> None:
-        """Write every group's position; SimpleConsumer groups save their lowest unacked offset."""
+        """Write every group's position."""
+        self._settle()
+        self.offsets.persist()
+
+    def _settle(self) -> None:
+        """SimpleConsumer groups are at their lowest unacked offset."""
         for (group, topic, queue_id), leases in self._leases.items():
             self.offsets.set(group, topic, queue_id, leases.committed)
-        self.offsets.persist()
 
     def delete_topic(self, topic: str) -> None:
         for key in [key for key in self._leases if key[1] == topic]:

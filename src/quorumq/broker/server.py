@@ -1,5 +1,8 @@
-"""The broker process: the store, the v5 endpoint and the admin service on one gRPC port, plus
-the loops that register with the name server, flush, persist offsets and clean old files."""
+"""The broker process: the store, the v5 endpoint and the admin service on one gRPC port, the
+replication port, plus the loops that register with the name server, flush, persist offsets,
+clean old files and keep replica groups together: a master counts its live replicas (the name
+server's broker member group), a slave finds its master through its registration and copies the
+master's topics and consumer positions."""
 
 import asyncio
 import logging
@@ -15,6 +18,7 @@ from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
+from quorumq.core.quorum import BrokerRole, alive_replicas_in_group
 from quorumq.endpoint.messaging import MessagingService
 from quorumq.endpoint.reader import MessageReaderService
 from quorumq.namesrv.registry import RouteRegistry
@@ -23,6 +27,9 @@ from quorumq.endpoint.writer import MessageWriterService
 log = logging.getLogger("quorumq.broker")
 
 NAMESRV_CALL_TIMEOUT_S = 3.0
+MASTER_CALL_TIMEOUT_S = 3.0
+FIND_MASTER_INTERVAL_S = 1.0  # a slave that does not know its master yet registers this often
+SYNC_METADATA_INTERVAL_S = 3.0  # a slave copies its master's topics and consumer positions this often
 
 
 class NameServerLink:
@@ -34,12 +41,16 @@ class NameServerLink:
         self.stubs = [pb_grpc.NameServerStub(grpc.aio.insecure_channel(address)) for address in addresses]
 
     async def register(self) -> None:
+        """Register with every name server; a slave learns its master from the answers."""
         registration = self.broker.registration()
         for stub in self.stubs:
             try:
-                await stub.RegisterBroker(registration, timeout=NAMESRV_CALL_TIMEOUT_S)
+                reply = await stub.RegisterBroker(registration, timeout=NAMESRV_CALL_TIMEOUT_S)
             except grpc.aio.AioRpcError as exc:
                 log.warning("registration with a name server failed: %s", exc.details())
+                continue
+            if self.broker.role is BrokerRole.SLAVE and reply.master_ha_address:
+                self.broker.follow(reply.master_address, reply.master_ha_address)
 
     async def unregister(self) -> None:
         for stub in self.stubs:
@@ -65,15 +76,54 @@ class NameServerLink:
         return registry.route(topic)
 
     async def keep_registered(self) -> None:
-        """Register every period, and at once whenever topics change."""
+        """Register every period, and at once whenever topics change; a slave without a master
+        asks again soon."""
         while True:
             self.broker.topics_changed.clear()
             await self.register()
+            period_s = self.broker.config["registerNameServerPeriod"] / 1000
+            if self.broker.role is BrokerRole.SLAVE and self.broker.slave is None:
+                period_s = min(period_s, FIND_MASTER_INTERVAL_S)
             try:
-                await asyncio.wait_for(self.broker.topics_changed.wait(),
-                                       self.broker.config["registerNameServerPeriod"] / 1000)
+                await asyncio.wait_for(self.broker.topics_changed.wait(), period_s)
             except TimeoutError:
                 pass
+
+    async def keep_member_count(self) -> None:
+        """A master's alive-replica count: the name server's broker member group (spec 1.3)."""
+        config = self.broker.config
+        request = pb.MemberGroupRequest(cluster=config["brokerClusterName"], broker_name=config["brokerName"])
+        while True:
+            await asyncio.sleep(config["syncBrokerMemberGroupPeriod"] / 1000)
+            for stub in self.stubs:
+                try:
+                    group = await stub.GetBrokerMemberGroup(request, timeout=NAMESRV_CALL_TIMEOUT_S)
+                except grpc.aio.AioRpcError:
+                    continue
+                alive = alive_replicas_in_group(group.addresses.keys(), config["brokerId"])
+                if alive != self.broker.alive_replicas:
+                    log.info("alive replicas: %d (members %s)", alive, sorted(group.addresses))
+                self.broker.alive_replicas = alive
+                break
+
+
+async def copy_master_metadata(broker: Broker) -> None:
+    """A slave mirrors its master's topics and consumer positions, as RocketMQ's slaves do."""
+    channels: dict[str, grpc.aio.Channel] = {}
+    while True:
+        await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
+        address = broker.master_address
+        if not address:
+            continue
+        if address not in channels:
+            channels[address] = grpc.aio.insecure_channel(address)
+        try:
+            metadata = await pb_grpc.BrokerAdminStub(channels[address]).GetMetadata(
+                pb.Empty(), timeout=MASTER_CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            log.debug("copying the master's metadata failed: %s", exc.details())
+            continue
+        broker.adopt_metadata(metadata)
 
 
 async def _every(interval_ms, action) -> None:
@@ -103,14 +153,17 @@ async def serve(config: Config) -> None:
     address = f"{config['bindAddress']}:{config['listenPort']}"
     server.add_insecure_port(address)
     await server.start()
-    broker.flusher.start()
+    await broker.start()
     log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"], config["brokerRole"],
              address, broker.address)
-    tasks = [
-        asyncio.create_task(namesrv.keep_registered()),
-        asyncio.create_task(_every(lambda: config["flushConsumerOffsetInterval"], broker.consumers.persist)),
-        asyncio.create_task(_every(lambda: config["cleanResourceInterval"], broker.clean_files)),
-    ]
+    loops = [namesrv.keep_registered(),
+             _every(lambda: config["flushConsumerOffsetInterval"], broker.consumers.persist),
+             _every(lambda: config["cleanResourceInterval"], broker.clean_files)]
+    if broker.role is BrokerRole.SLAVE:
+        loops.append(copy_master_metadata(broker))
+    elif config["enableSlaveActingMaster"]:
+        loops.append(namesrv.keep_member_count())
+    tasks = [asyncio.create_task(coroutine) for coroutine in loops]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

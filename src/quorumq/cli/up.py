@@ -2,10 +2,11 @@
 
 Ports are laid out from a base port P, all within P..P+99:
   name server             P
-  broker group i          P+10+10*i (gRPC), P+11+10*i (HA)
-  replica r of group i    P+10+10*i+2*r, P+11+10*i+2*r (later issues)
+  replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
 Every process gets a directory DIR/<name> holding its config, log and data, and DIR/cluster.json
-lists them once every broker has registered with the name server.
+lists them once every broker has registered with the name server. With --replicas N each broker
+name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and totalReplicas
+is N unless --set says otherwise; --set brokerRole applies to the masters.
 """
 
 import argparse
@@ -31,6 +32,8 @@ PORT_SPAN = 100
 BROKER_PORT_OFFSET = 10
 BROKER_PORT_STRIDE = 10
 BROKERS_MAX = (PORT_SPAN - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
+REPLICA_PORT_STRIDE = 2
+REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
 STOP_GRACE_S = 10.0
 REGISTER_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -106,10 +109,12 @@ def kinds_knowing(key: str) -> frozenset[Kind]:
 
 
 def plan(directory: Path, base_port: int, brokers: int, cluster: str,
-         sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]]) -> list[Planned]:
+         sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]], replicas: int = 1) -> list[Planned]:
     """The name server and the brokers with their config values; raises QuorumqError on bad input."""
     if not 1 <= brokers <= BROKERS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--brokers must lie in 1..{BROKERS_MAX}")
+    if not 1 <= replicas <= REPLICAS_MAX:
+        raise QuorumqError(Error.CONFIG_INVALID, f"--replicas must lie in 1..{REPLICAS_MAX}")
     if not 1024 <= base_port <= 65535 - PORT_SPAN:
         raise QuorumqError(Error.CONFIG_INVALID, f"--base-port must lie in 1024..{65535 - PORT_SPAN}")
     namesrv_dir = directory / "namesrv"
@@ -117,18 +122,23 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
     planned = [namesrv]
     for index in range(brokers):
         broker_name = f"broker-{chr(ord('a') + index)}"
-        port = base_port + BROKER_PORT_OFFSET + BROKER_PORT_STRIDE * index
-        broker_dir = directory / f"{broker_name}-0"
-        store_dir = broker_dir / "store"
-        values = {"brokerClusterName": cluster, "brokerName": broker_name, "brokerId": "0",
-                  "namesrvAddr": namesrv.address, "listenPort": str(port), "haListenPort": str(port + 1),
-                  "storePathRootDir": str(store_dir)}
-        planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
-                               broker_name=broker_name))
+        for replica in range(replicas):
+            port = base_port + BROKER_PORT_OFFSET + BROKER_PORT_STRIDE * index + REPLICA_PORT_STRIDE * replica
+            broker_dir = directory / f"{broker_name}-{replica}"
+            store_dir = broker_dir / "store"
+            values = {"brokerClusterName": cluster, "brokerName": broker_name, "brokerId": str(replica),
+                      "namesrvAddr": namesrv.address, "listenPort": str(port), "haListenPort": str(port + 1),
+                      "storePathRootDir": str(store_dir)}
+            if replicas > 1:
+                values["totalReplicas"] = str(replicas)
+            if replica > 0:
+                values["brokerRole"] = "SLAVE"
+            planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
+                                   broker_name=broker_name, broker_id=replica))
     for key, value in sets:
         kinds = kinds_knowing(key)
         for process in planned:
-            if process.kind in kinds:
+            if process.kind in kinds and not (key == "brokerRole" and process.broker_id > 0):
                 process.values[key] = value
     broker_processes = [p for p in planned if p.kind is Kind.BROKER]
     for index, key, value in broker_sets:
@@ -222,7 +232,7 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned]) -> No
 def summary(cluster: str, directory: Path, processes: list[Planned]) -> str:
     lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
     for p in processes:
-        label = p.name if p.kind is Kind.NAMESRV else f"{p.broker_name} ({p.role})"
+        label = p.name if p.kind is Kind.NAMESRV else f"{p.name} ({p.role})"
         lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8} log {p.log_path}")
     lines.append(f"  {directory / 'cluster.json'}\nCtrl-C stops the cluster.")
     return "\n".join(lines)
@@ -266,7 +276,8 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
 def run(args: argparse.Namespace) -> int:
     args.dir = args.dir.resolve()
     try:
-        processes = plan(args.dir, args.base_port, args.brokers, args.cluster, args.set, args.broker_set)
+        processes = plan(args.dir, args.base_port, args.brokers, args.cluster, args.set, args.broker_set,
+                         args.replicas)
     except QuorumqError as error:
         print(f"quorumq up: {error}", file=sys.stderr)
         return 2
@@ -281,6 +292,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--base-port", type=int, default=BASE_PORT_DEFAULT,
                         help="first of the 100 ports the cluster uses (default %(default)s)")
     parser.add_argument("--brokers", type=int, default=1, help=f"master brokers, 1..{BROKERS_MAX} (default 1)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help=f"replicas per broker name, the master included, 1..{REPLICAS_MAX} (default 1)")
     parser.add_argument("--set", action="append", default=[], type=parse_assignment, metavar="KEY=VALUE",
                         help="a config key for every process whose kind knows it (repeatable)")
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,

@@ -399,6 +399,11 @@ class BrokerAdminStub:
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ResetOffsetRequest.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerProgress.FromString,
                 _registered_method=True)
+        self.GetMetadata = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/GetMetadata',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -446,6 +451,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -483,6 +494,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ResetOffsetByTime,
                     request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ResetOffsetRequest.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerProgress.SerializeToString,
+            ),
+            'GetMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetadata,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -674,6 +690,33 @@ class BrokerAdmin:
             '/quorumq.cluster.BrokerAdmin/ResetOffsetByTime',
             quorumq_dot_cluster_dot_cluster__pb2.ResetOffsetRequest.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.ConsumerProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/GetMetadata',
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,3 +24,8 @@ class PutStatus(Enum):
     @property
     def code(self) -> int:
         return self.value[1]
+
+    @property
+    def stored(self) -> bool:
+        """Whether the master holds the message: every status but the pre-check's refusal."""
+        return self is not PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH

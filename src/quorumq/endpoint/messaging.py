@@ -71,10 +71,16 @@ def poll_budget(requested_s: float, context) -> float:
     return max(wanted, 0.0)
 
 
-_STORED_STATUS = {status: v5.Status(code=status.code, message=status.send_status if status.code == CODE_OK else
-                                    f"{status.send_status}: the message is stored on the master but not "
-                                    "acknowledged as asked")
-                  for status in PutStatus}
+def _put_status_message(put_status: PutStatus) -> str:
+    if put_status.code == CODE_OK:
+        return put_status.send_status
+    if put_status.stored:
+        return f"{put_status.send_status}: the message is stored on the master but not acknowledged as asked"
+    return f"{put_status.send_status}: fewer replicas are in sync than the write needs; nothing was stored"
+
+
+_STORED_STATUS = {put_status: v5.Status(code=put_status.code, message=_put_status_message(put_status))
+                  for put_status in PutStatus}
 
 
 def _entry_status(result: PutResult) -> v5.Status:

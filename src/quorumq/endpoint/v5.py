@@ -11,7 +11,6 @@ from quorumq.store import PERM_READ, PERM_WRITE
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
 NO_NEW_MESSAGE = v5.Status(code=v5.Code.MESSAGE_NOT_FOUND, message="no new message")
-MASTER_ID = 0
 
 
 def status(error: Error, detail: str) -> v5.Status:
@@ -55,15 +54,16 @@ def _permission(readable: bool, writable: bool) -> int:
 
 
 def message_queues(route: pb.TopicRoute, topic: v5.Resource) -> list[v5.MessageQueue]:
-    """One v5 queue per queue id of each broker that has a master, as RocketMQ's proxy builds them."""
-    masters = {data.broker_name: data.addresses[MASTER_ID]
-               for data in route.brokers if MASTER_ID in data.addresses}
+    """One v5 queue per queue id of each broker name, at the broker serving it (its master, or a
+    slave acting for a lost one), as RocketMQ's proxy builds them."""
+    serving = {data.broker_name: (data.serving_id, data.addresses[data.serving_id])
+               for data in route.brokers if data.serving_id in data.addresses}
     queues = []
     for data in route.queues:
-        address = masters.get(data.broker_name)
-        if address is None:
+        if data.broker_name not in serving:
             continue
-        broker = v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=endpoints(address))
+        broker_id, address = serving[data.broker_name]
+        broker = v5.Broker(name=data.broker_name, id=broker_id, endpoints=endpoints(address))
         for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
             readable = queue_id < data.read_queue_nums and data.perm & PERM_READ
             writable = queue_id < data.write_queue_nums and data.perm & PERM_WRITE

@@ -7,6 +7,7 @@ A broker re-registers every `registerNameServerPeriod` with all its topics; one 
 from dataclasses import dataclass, field
 
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.store.topic_configs import PERM_READ
 
 MASTER_ID = 0
 
@@ -49,17 +50,18 @@ class RouteRegistry:
         return dead
 
     def route(self, topic: str) -> pb.TopicRoute | None:
-        """Queues of every master holding the topic; failing that, of every master that would
-        auto-create it on first send; None when no broker serves it."""
-        masters = [entry.registration for entry in self.brokers.values()
-                   if entry.registration.broker_id == MASTER_ID]
+        """Queues of every serving broker holding the topic; failing that, of every master that
+        would auto-create it on first send; None when no broker serves it. A slave acting for a
+        lost master serves its topics read-only."""
+        serving = self._serving()
         queues = [pb.QueueData(broker_name=reg.broker_name, read_queue_nums=config.read_queue_nums,
-                               write_queue_nums=config.write_queue_nums, perm=config.perm)
-                  for reg in masters for config in reg.topics if config.name == topic]
+                               write_queue_nums=config.write_queue_nums,
+                               perm=config.perm if reg.broker_id == MASTER_ID else config.perm & PERM_READ)
+                  for reg in serving.values() for config in reg.topics if config.name == topic]
         if not queues:
             queues = [pb.QueueData(broker_name=reg.broker_name, read_queue_nums=reg.default_queue_nums,
                                    write_queue_nums=reg.default_queue_nums, perm=reg.perm)
-                      for reg in masters if reg.auto_create_topic]
+                      for reg in serving.values() if reg.broker_id == MASTER_ID and reg.auto_create_topic]
         if not queues:
             return None
         names = {queue.broker_name for queue in queues}
@@ -68,10 +70,21 @@ class RouteRegistry:
             reg = entry.registration
             if reg.broker_name in names:
                 data = brokers.setdefault(reg.broker_name, pb.BrokerData(
-                    cluster=reg.cluster, broker_name=reg.broker_name))
+                    cluster=reg.cluster, broker_name=reg.broker_name,
+                    serving_id=serving[reg.cluster, reg.broker_name].broker_id))
                 data.addresses[reg.broker_id] = reg.address
         return pb.TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name),
                              brokers=[brokers[name] for name in sorted(brokers)])
+
+    def _serving(self) -> dict[tuple[str, str], pb.BrokerRegistration]:
+        """Per broker name: its master, or with the master gone the lowest-id slave registered
+        with enableSlaveActingMaster (RIP-32's acting master, for reads)."""
+        serving: dict[tuple[str, str], pb.BrokerRegistration] = {}
+        for key in sorted(self.brokers):  # a master (id 0) comes before its slaves
+            reg = self.brokers[key].registration
+            if key[:2] not in serving and (reg.broker_id == MASTER_ID or reg.acting_master):
+                serving[key[:2]] = reg
+        return serving
 
     def cluster_info(self) -> pb.ClusterInfo:
         infos = [pb.BrokerInfo(cluster=reg.cluster, broker_name=reg.broker_name, broker_id=reg.broker_id,

@@ -46,7 +46,6 @@ class _SlaveConnection:
 class ReplicationMaster:
     def __init__(self, store: MessageStore, *, cluster_name: str, broker_name: str,
                  host: str = "127.0.0.1", port: int = 10912, tracker: AckTracker | None = None,
-                 ha_max_gap_not_in_sync: int = limits.HA_MAX_GAP_NOT_IN_SYNC_DEFAULT,
                  transfer_batch_bytes: int = limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
@@ -61,7 +60,6 @@ class ReplicationMaster:
         self._host = host
         self._port = port
         self.tracker = tracker or AckTracker()
-        self.ha_max_gap_not_in_sync = ha_max_gap_not_in_sync  # live: read on every count
         self._batch_bytes = transfer_batch_bytes
         self._heartbeat_s = heartbeat_interval_s
         self._housekeeping_s = housekeeping_interval_s
@@ -116,11 +114,11 @@ class ReplicationMaster:
         for connection in self._connections.values():
             connection.wake.set()
 
-    def in_sync_replicas(self, master_offset: int | None = None) -> int:
-        """The master plus its slaves within haMaxGapNotInSync of `master_offset` (default: the
-        commit log's end now, i.e. the write position before the next append)."""
+    def in_sync_replicas(self, gap: int, master_offset: int | None = None) -> int:
+        """The master plus its slaves within `gap` bytes (haMaxGapNotInSync) of `master_offset`
+        (default: the commit log's end now, i.e. the write position before the next append)."""
         offset = self._store.max_offset if master_offset is None else master_offset
-        return self.tracker.in_sync_count(offset, self.ha_max_gap_not_in_sync)
+        return self.tracker.in_sync_count(offset, gap)
 
     async def wait_acked(self, next_offset: int, need_ack: int, deadline_s: float) -> PutStatus:
         """PUT_OK once `need_ack` copies, this master's included, hold everything below

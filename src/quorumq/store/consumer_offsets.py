@@ -44,6 +44,11 @@ class ConsumerOffsets:
             queues[queue_id] = offset
             self._changed = True
 
+    def items(self) -> list[tuple[str, str, int, int]]:
+        """Every position: (group, topic, queue id, offset)."""
+        return [(group, topic, queue_id, offset) for group, topics in self._offsets.items()
+                for topic, queues in topics.items() for queue_id, offset in queues.items()]
+
     def topics(self, group: str) -> list[str]:
         return sorted(self._offsets.get(group, {}))
 
