@@ -2,9 +2,13 @@
 
 import signal
 
+import pytest
+
 from harness import LocalCluster, check_for, cli, pid_alive, stop_process
+from quorumq.cli.up import REPLICAS_MAX, plan
 from quorumq.client import AdminClient, Blocking
-from quorumq.config import read_properties
+from quorumq.config import Kind, read_properties
+from quorumq.errors import QuorumqError
 
 
 def test_up_refuses_an_unknown_key_naming_it(tmp_path):
@@ -84,3 +88,20 @@ def test_up_reports_a_dead_broker_and_does_not_restart_it(tmp_path):
         assert not pid_alive(broker["pid"])
     finally:
         cluster.stop()
+
+
+def test_up_lays_out_replica_groups(tmp_path):
+    processes = plan(tmp_path, 30000, brokers=2, cluster="C", replicas=3,
+                     sets=[("brokerRole", "SYNC_MASTER"), ("inSyncReplicas", "2")],
+                     broker_sets=[(4, "slaveTimeout", "500")])
+    brokers = [p for p in processes if p.kind is Kind.BROKER]
+    assert [(p.name, p.port, p.broker_id, p.role) for p in brokers] == [
+        ("broker-a-0", 30010, 0, "master"), ("broker-a-1", 30012, 1, "slave"), ("broker-a-2", 30014, 2, "slave"),
+        ("broker-b-0", 30020, 0, "master"), ("broker-b-1", 30022, 1, "slave"), ("broker-b-2", 30024, 2, "slave")]
+    assert [p.values["brokerRole"] for p in brokers] == ["SYNC_MASTER", "SLAVE", "SLAVE"] * 2
+    assert all(p.values["totalReplicas"] == "3" and p.values["inSyncReplicas"] == "2" for p in brokers)
+    assert [p.values["haListenPort"] for p in brokers[:3]] == ["30011", "30013", "30015"]
+    assert brokers[4].values["slaveTimeout"] == "500" and "slaveTimeout" not in brokers[3].values
+    for bad in (0, REPLICAS_MAX + 1):
+        with pytest.raises(QuorumqError):
+            plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], replicas=bad)

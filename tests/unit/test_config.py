@@ -54,3 +54,31 @@ def test_live_update_only_for_live_keys_and_rolled_back_when_invalid():
     with pytest.raises(QuorumqError):
         config.update_live("defaultTopicQueueNums", "100000")
     assert config["defaultTopicQueueNums"] == 8
+
+
+def test_replication_keys_have_rocketmq_defaults_and_the_quorum_keys_are_live():
+    config = Config(Kind.BROKER, {})
+    assert (config["totalReplicas"], config["inSyncReplicas"], config["minInSyncReplicas"]) == (1, 1, 1)
+    assert config["enableAutoInSyncReplicas"] is False and config["enableSlaveActingMaster"] is False
+    assert config["haMaxGapNotInSync"] == 256 * 1024 * 1024 and config["slaveTimeout"] == 3000
+    for key, value in (("inSyncReplicas", "2"), ("minInSyncReplicas", "2"), ("enableAutoInSyncReplicas", "true"),
+                       ("haMaxGapNotInSync", "4096"), ("slaveTimeout", "500")):
+        config.update_live(key, value)
+        assert config.as_strings()[key] == value
+    with pytest.raises(QuorumqError):
+        config.update_live("enableSlaveActingMaster", "true")
+
+
+def test_replication_values_are_checked():
+    for values in ({"brokerRole": "SLAVE"}, {"brokerRole": "SLAVE", "brokerId": "0"}, {"brokerId": "1"},
+                   {"inSyncReplicas": "0"}, {"minInSyncReplicas": "0"}, {"haMaxGapNotInSync": "0"},
+                   {"haTransferBatchSize": str(64 * 1024 * 1024)},
+                   {"haSendHeartbeatInterval": "5000", "haHousekeepingInterval": "5000"}):
+        with pytest.raises(QuorumqError) as caught:
+            Config(Kind.BROKER, values)
+        assert caught.value.error is Error.CONFIG_INVALID
+    assert Config(Kind.BROKER, {"brokerRole": "SLAVE", "brokerId": "2"})["brokerId"] == 2
+    config = Config(Kind.BROKER, {})
+    with pytest.raises(QuorumqError):
+        config.update_live("inSyncReplicas", "0")
+    assert config["inSyncReplicas"] == 1

@@ -56,3 +56,25 @@ def test_delete_topic_removes_it_from_routes_and_lists():
     registry.delete_topic("T")
     assert registry.topic_list() == ["U"]
     assert registry.route("T") is None
+
+
+def test_a_slave_acting_for_a_lost_master_serves_its_topics_read_only():
+    registry = RouteRegistry(not_active_timeout_ms=1000)
+    registry.register(registration("a", topics=["T"]), now_ms=0)
+    for broker_id in (2, 1):
+        slave = registration("a", broker_id=broker_id, topics=["T"])
+        slave.acting_master = True
+        registry.register(slave, now_ms=500)
+    route = registry.route("T")
+    assert route.brokers[0].serving_id == 0 and route.queues[0].perm == 6
+    assert registry.expire(now_ms=1001)[0].registration.broker_id == 0
+    route = registry.route("T")
+    assert route.brokers[0].serving_id == 1  # the lowest id acts
+    assert route.queues[0].perm == 4  # read only: writes wait for a master
+    assert registry.route("NEW") is None  # nobody auto-creates topics for a lost master
+
+
+def test_a_slave_without_acting_master_serves_nothing():
+    registry = RouteRegistry(not_active_timeout_ms=1000)
+    registry.register(registration("a", broker_id=1, topics=["T"]), now_ms=0)
+    assert registry.route("T") is None

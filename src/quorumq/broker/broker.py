@@ -158,16 +158,17 @@ class Broker:
         self.topics_changed.set()
 
     def metadata(self) -> pb.BrokerMetadata:
-        """What a slave copies besides the commit log: topic configs and consumer positions."""
+        """What a slave copies besides the commit log: topic configs, consumer groups, positions."""
         return pb.BrokerMetadata(
             topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
                                    write_queue_nums=config.write_queue_nums, perm=config.perm)
                     for config in self.topics.all()],
             offsets=[pb.QueueOffset(group=group, topic=topic, queue_id=queue_id, offset=offset)
-                     for group, topic, queue_id, offset in self.consumers.positions()])
+                     for group, topic, queue_id, offset in self.consumers.positions()],
+            groups=self.consumers.groups)
 
     def adopt_metadata(self, metadata: pb.BrokerMetadata) -> None:
-        """A slave mirrors its master's topics and consumer positions."""
+        """A slave mirrors its master's topics, consumer groups and their positions."""
         for topic in {config.name for config in self.topics.all()} - {config.name for config in metadata.topics}:
             self.delete_topic(topic)
         before = self.topics.all()
@@ -175,6 +176,7 @@ class Broker:
             self.topics.put(TopicConfig(config.name, config.read_queue_nums, config.write_queue_nums, config.perm))
         if self.topics.all() != before:
             self.topics_changed.set()
+        self.consumers.adopt_groups(dict(metadata.groups))
         for position in metadata.offsets:
             if self.consumers.committed(position.group, position.topic, position.queue_id) != position.offset:
                 self.consumers.commit(position.group, position.topic, position.queue_id, position.offset)
@@ -395,8 +397,7 @@ class Broker:
                            slaves=",".join(str(slave_id) for slave_id in sorted(self.replication.slaves)),
                            waitingForSlaves=self.replication.tracker.waiting)
         if self.role is BrokerRole.SLAVE:
-            slave = self.slave
-            figures.update(masterAddress=self.master_address,
-                           replicating=bool(slave and slave.connected),
-                           masterMaxOffset=slave.master_max_offset if slave else "")
+            known = self.slave.master_max_offset if self.slave is not None else None
+            figures.update(masterAddress=self.master_address, replicating=bool(self.slave and self.slave.connected),
+                           masterMaxOffset="" if known is None else known)
         return {key: str(value) for key, value in figures.items()}

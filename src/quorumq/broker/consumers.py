@@ -70,7 +70,18 @@ class ConsumerGroups:
         """Note a group's first contact: a new group starts from that moment, as RocketMQ's new
         groups start at the end of each queue; queues created later are read from their start."""
         if group not in self._first_seen:
-            self._first_seen[group] = self.clock.now_ms()
+            self.adopt_groups({group: self.clock.now_ms()})
+
+    @property
+    def groups(self) -> dict[str, int]:
+        """Every group known here -> its first contact (ms). Do not mutate."""
+        return self._first_seen
+
+    def adopt_groups(self, first_seen: dict[str, int]) -> None:
+        """Take the first contact of groups not known here yet (a slave copies its master's)."""
+        new = {group: ms for group, ms in first_seen.items() if group not in self._first_seen}
+        if new:
+            self._first_seen.update(new)
             self._first_seen_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self._first_seen_path, json.dumps(self._first_seen).encode())
 

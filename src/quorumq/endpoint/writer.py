@@ -34,5 +34,8 @@ class MessageWriterService(pb_grpc.MessageWriterServicer):
         except Exception:
             log.exception("SendBatch failed")
             return pb.SendBatchResponse(status=Error.INTERNAL_ERROR.name, detail="the broker failed; see its log")
+        if not status.stored:  # IN_SYNC_REPLICAS_NOT_ENOUGH: the records were not appended
+            return pb.SendBatchResponse(status=status.send_status, detail="fewer replicas are in sync than the "
+                                                                          "write needs; nothing was stored")
         return pb.SendBatchResponse(status=status.send_status, first_queue_offset=first_queue_offset,
                                     count=request.count)
