@@ -1,6 +1,7 @@
 """The demo `make run` shows: the official RocketMQ 5 Python client, unchanged, on a quorumq cluster.
 
-A Producer sends with `send` and `send_async`; a SimpleConsumer receives and acks. Usage:
+A Producer sends with `send` and `send_async`; a SimpleConsumer receives and acks; then every
+broker's commit-log end is shown, so a replica group's slaves can be seen holding the master's bytes. Usage:
     .venv/bin/python scripts/demo.py run/demo/cluster.json
 """
 
@@ -10,6 +11,8 @@ import time
 import uuid
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+from quorumq.client import AdminClient, Blocking
 
 MESSAGES_EACH_WAY = 3
 RECEIVE_TIMEOUT_S = 30.0
@@ -60,10 +63,20 @@ def main(cluster_file: str) -> int:
                       f"attempt={got.delivery_attempt} id={got.message_id}")
         ok = sent.keys() <= received
         print(f"demo: sent {len(sent)}, received and acked {len(received)}: {'OK' if ok else 'MISSING MESSAGES'}")
+        show_replicas(cluster)
         return 0 if ok else 1
     finally:
         producer.shutdown()
         consumer.shutdown()
+
+
+def show_replicas(cluster: dict) -> None:
+    with Blocking(AdminClient, cluster["access_point"]) as admin:
+        for process in cluster["processes"]:
+            if process["kind"] == "broker":
+                status = admin.broker_status(process["address"])
+                print(f"  {process['broker_name']} id {process['broker_id']} ({status['brokerRole']}): "
+                      f"commit log ends at {status['commitLogMaxOffset']}")
 
 
 if __name__ == "__main__":

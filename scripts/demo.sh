@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make run`: start a local cluster, show the official RocketMQ client sending and receiving on it,
 # then keep the cluster in the foreground until Ctrl-C (or stop it at once with DEMO_EXIT=1).
+# Without arguments the cluster is one replica group of three: a SYNC_MASTER that acknowledges a
+# send once two copies hold it; arguments replace that layout (they go to `quorumq up`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +11,9 @@ BASE_PORT=${DEMO_BASE_PORT:-20000}
 mkdir -p "$DIR"
 rm -f "$DIR/cluster.json"  # `up` writes it once every broker has registered
 
+if [ $# -eq 0 ]; then
+    set -- --replicas 3 --set brokerRole=SYNC_MASTER --set inSyncReplicas=2
+fi
 .venv/bin/quorumq up --dir "$DIR" --base-port "$BASE_PORT" "$@" &
 UP_PID=$!
 stop_cluster() {
