@@ -27,6 +27,9 @@ CLUSTER_START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 CLI_TIMEOUT_S = 60.0
 SMALL_MESSAGE_SIZE = 64 * 1024  # maxMessageSize of the small_message_cluster fixture
+# Brokers preallocate whole segments: 64 MiB (room for a 4 MiB message) instead of 1 GiB keeps a
+# run's clusters from filling the disk past diskSpaceWarningLevelRatio.
+TEST_SEGMENT_BYTES = 64 * 1024 * 1024
 
 
 def check_for(timeout: float, interval: float, fn: Callable[[], Any], what: str = "") -> Any:
@@ -161,7 +164,7 @@ class LocalCluster:
                      "--replicas", str(replicas)]
         if cluster:
             self.args += ["--cluster", cluster]
-        for key, value in (sets or {}).items():
+        for key, value in {"mappedFileSizeCommitLog": str(TEST_SEGMENT_BYTES), **(sets or {})}.items():
             self.args += ["--set", f"{key}={value}"]
         for assignment in broker_sets:
             self.args += ["--broker-set", assignment]

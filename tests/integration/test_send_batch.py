@@ -54,6 +54,16 @@ def test_send_ok_with_consecutive_offsets(writer):
     assert (second.status, second.first_queue_offset, second.count) == ("SEND_OK", 3, 2)
 
 
+def test_a_resent_request_is_answered_from_the_first_copy(writer):
+    topic = new_topic()
+    data = records(topic, 0, b"a", b"b")
+    request = pb.SendBatchRequest(topic=topic, queue_id=0, records=data, count=2, request_id="R-" + topic)
+    first, resent = writer.SendBatch(request, timeout=10), writer.SendBatch(request, timeout=10)
+    other = send(writer, topic, 0, records(topic, 0, b"c"), 1)
+    assert [(r.status, r.first_queue_offset, r.count) for r in (first, resent, other)] == [
+        ("SEND_OK", 0, 2), ("SEND_OK", 0, 2), ("SEND_OK", 2, 1)]  # stored once: the next send is at 2
+
+
 async def test_the_producer_sends_records_that_read_back_in_order(small_message_cluster):
     access_point, topic = small_message_cluster["access_point"], new_topic()
     sent = [Message(f"m{i}".encode() * 50, tag="t", keys=(f"k{i}",), properties={"i": str(i)}) for i in range(300)]
@@ -80,6 +90,7 @@ async def test_the_producer_sends_records_that_read_back_in_order(small_message_
     ("no such queue", "BAD_REQUEST"),
     ("negative queue", "BAD_REQUEST"),
     ("count too large", "BATCH_TOO_LARGE"),
+    ("request id too long", "ILLEGAL_MESSAGE_ID"),
 ])
 def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, case, status):
     topic = new_topic()
@@ -100,9 +111,11 @@ def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, 
         queue_id, data = 999, records(topic, 999, b"one", b"two")
     elif case == "negative queue":
         queue_id = -1
-    else:
+    elif case == "count too large":
         count = 100_000
-    refused = send(writer, topic, queue_id, data, count)
+    request = pb.SendBatchRequest(topic=topic, queue_id=queue_id, records=data, count=count,
+                                  request_id="r" * (1000 if case == "request id too long" else 8))
+    refused = writer.SendBatch(request, timeout=10)
     assert (refused.status, refused.count, refused.first_queue_offset) == (status, 0, 0), refused
     assert refused.detail
     if case in ("body too large", "flipped byte", "wrong queue in a record"):

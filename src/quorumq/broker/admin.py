@@ -8,6 +8,7 @@ from typing import Awaitable, Callable
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.quorum import BrokerRole
 from quorumq.endpoint.messages import check_name
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import TopicConfig
@@ -47,7 +48,8 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
 
     @aborts_on_error
     async def DeleteTopic(self, request):
-        self.broker.topic_config(request.topic, create=False)
+        if self.broker.role is not BrokerRole.SLAVE:  # a slave may not have copied the topic yet
+            self.broker.topic_config(request.topic, create=False)
         self.broker.delete_topic(request.topic)
         await self.publish_topics()
         log.info("topic %s deleted", request.topic)

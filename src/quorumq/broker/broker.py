@@ -168,9 +168,9 @@ class Broker:
             groups=self.consumers.groups)
 
     def adopt_metadata(self, metadata: pb.BrokerMetadata) -> None:
-        """A slave mirrors its master's topics, consumer groups and their positions."""
-        for topic in {config.name for config in self.topics.all()} - {config.name for config in metadata.topics}:
-            self.delete_topic(topic)
+        """A slave takes its master's topics, consumer groups and their positions. It never deletes
+        a topic the master lacks (a master whose config was lost must not empty its slaves);
+        `quorumq admin deleteTopic` deletes on every replica."""
         before = self.topics.all()
         for config in metadata.topics:
             self.topics.put(TopicConfig(config.name, config.read_queue_nums, config.write_queue_nums, config.perm))
@@ -216,7 +216,9 @@ class Broker:
 
     def _writable_queue(self, topic: str, queue_id: int) -> int:
         """The queue a send goes to: `queue_id`, or when it is negative the topic's next queue round
-        robin. The topic is created when the config allows it, and must be writable here."""
+        robin. The topic is created when the config allows it, and must be writable here. A slave
+        refuses first: a send it refuses must not create the topic on it."""
+        self._check_role()
         config = self.topic_config(topic, create=True)
         if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
             raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
@@ -228,10 +230,11 @@ class Broker:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
         return queue_id
 
-    async def put(self, messages: list[MessageIn | QuorumqError]) -> list[PutResult]:
+    async def put(self, messages: list[MessageIn | QuorumqError], answer_by: float | None = None) -> list[PutResult]:
         """Append what passed the checks with one write; wait for the flush and the copies the config
-        asks for. A message whose id this master stored recently is a client's retry: it is not
-        stored again, and it gets the first copy's outcome once that copy has its quorum."""
+        asks for, but not past `answer_by` (loop time: the client's deadline). A message whose id
+        this master stored recently is a client's retry: it is not stored again, and it gets the
+        first copy's outcome once that copy has its quorum."""
         results = [PutResult(None, error=item) if isinstance(item, QuorumqError) else None for item in messages]
         accepted: list[tuple[int, MessageIn]] = []
         retried: list[tuple[int, StoredCopy]] = []
@@ -251,14 +254,13 @@ class Broker:
             if accepted:
                 batch = [message for _, message in accepted]
                 status, appended = await self._append(len(batch), {message.topic for message in batch},
-                                                      lambda: self._remember(batch, self.store.append(batch)))
+                                                      lambda: self._remember(batch, self.store.append(batch)),
+                                                      answer_by)
                 offsets = appended.offsets if appended is not None else [(-1, -1)] * len(batch)
                 for (index, message), (_, queue_offset) in zip(accepted, offsets):
                     results[index] = PutResult(status, message.queue_id, queue_offset)
             if retried:
-                self._check_role()
-                status = await self._await_copies(max(copy.end_offset for _, copy in retried),
-                                                  self._plan_put().need_ack)
+                status = await self._confirm([copy for _, copy in retried], answer_by)
                 for index, copy in retried:
                     results[index] = PutResult(status, copy.queue_id, copy.queue_offset)
         except QuorumqError as error:  # refused whole: disk full, overload, a slave, a store that stopped
@@ -274,15 +276,32 @@ class Broker:
                                   StoredCopy(message.queue_id, queue_offset, appended.end_offset))
         return appended
 
-    async def put_encoded(self, topic: str, queue_id: int, records: bytes, count: int) -> tuple[PutStatus, int]:
+    async def _confirm(self, copies: list[StoredCopy], answer_by: float | None) -> PutStatus:
+        """A client's resend of what this master stored: the first copies' outcome, once they
+        have what the current settings need."""
+        self._check_role()
+        return await self._await_copies(max(copy.end_offset for copy in copies), self._plan_put().need_ack,
+                                        answer_by)
+
+    async def put_encoded(self, topic: str, queue_id: int, records: bytes, count: int, request_id: str = "",
+                          answer_by: float | None = None) -> tuple[PutStatus, int]:
         """Append records a producer encoded for one queue (store.append_encoded), through the same
         admission and flush wait as `put`. Returns the status and the first record's queue offset;
         a refusal raises, since the records are stored all or none. IN_SYNC_REPLICAS_NOT_ENOUGH
-        stores none: its queue offset is -1."""
+        stores none: its queue offset is -1. A resend (`request_id` stored recently, same queue) is
+        answered from the first copy."""
+        copy = self.recent_sends.get(request_id)
+        if copy is not None and copy.queue_id == queue_id:
+            return await self._confirm([copy], answer_by), copy.queue_offset
         queue_id = self._writable_queue(topic, queue_id)
         max_body_bytes = self.config["maxMessageSize"]
-        status, appended = await self._append(
-            count, (topic,), lambda: self.store.append_encoded(topic, queue_id, records, count, max_body_bytes))
+
+        def append() -> AppendResult:
+            appended = self.store.append_encoded(topic, queue_id, records, count, max_body_bytes)
+            self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset))
+            return appended
+
+        status, appended = await self._append(count, (topic,), append, answer_by)
         return status, appended.offsets[0][1] if appended is not None else -1
 
     def _check_role(self) -> None:
@@ -301,11 +320,12 @@ class Broker:
             raise QuorumqError(Error.TOO_MANY_REQUESTS, f"more than {limits.PENDING_SEND_MESSAGES_MAX} messages "
                                                         "wait to be stored; retry later")
 
-    async def _append(self, count: int, topics: Iterable[str],
-                      store_append: Callable[[], AppendResult]) -> tuple[PutStatus, AppendResult | None]:
+    async def _append(self, count: int, topics: Iterable[str], store_append: Callable[[], AppendResult],
+                      answer_by: float | None = None) -> tuple[PutStatus, AppendResult | None]:
         """Every send path's append: admission against the pending bound, the quorum pre-check
         (IN_SYNC_REPLICAS_NOT_ENOUGH appends nothing: no AppendResult), `store_append` (one write of
-        `count` messages), the flush and replica waits, then wake the topics' long polls."""
+        `count` messages), waking the slaves' senders and the topics' long polls, then the flush and
+        replica waits."""
         self._admit(count)
         plan = self._plan_put()
         if plan.rejected:
@@ -314,13 +334,15 @@ class Broker:
         self.pending_messages += count
         try:
             appended = store_append()
+            self.stats["msgPutTotal"] += count
+            # Stored messages are readable at once, as RocketMQ dispatches them before any wait;
+            # a send cancelled during its wait must not leave long polls asleep.
             self.replication.notify_appended()
-            status = await self._await_copies(appended.end_offset, plan.need_ack)
+            for topic in topics:
+                self.arrivals.notify(topic)
+            status = await self._await_copies(appended.end_offset, plan.need_ack, answer_by)
         finally:
             self.pending_messages -= count
-        for topic in topics:
-            self.arrivals.notify(topic)
-        self.stats["msgPutTotal"] += count
         return status, appended
 
     def quorum_settings(self) -> QuorumSettings:
@@ -337,15 +359,20 @@ class Broker:
         return plan_put(self.quorum_settings(), wait_store_msg_ok=True, alive_replicas=self.alive_replicas,
                         ha_in_sync=self.in_sync_replicas())
 
-    async def _await_copies(self, end_offset: int, need_ack: int) -> PutStatus:
-        """Wait, side by side, for the flush the config asks for and for `need_ack` copies (the
-        master's included) of everything below `end_offset`; the replica outcome wins."""
+    async def _await_copies(self, end_offset: int, need_ack: int, answer_by: float | None) -> PutStatus:
+        """Wait, side by side, for the flush the config asks for (syncFlushTimeout) and for
+        `need_ack` copies (the master's included) of everything below `end_offset` (slaveTimeout),
+        each cut short at `answer_by` so the client gets a status rather than its own timeout;
+        the replica outcome wins."""
+        now = asyncio.get_running_loop().time()
+        answer_by = float("inf") if answer_by is None else answer_by
         flush = replicas = None
         if self.config["flushDiskType"] == "SYNC_FLUSH":
-            flush = self.flusher.wait_flushed(end_offset, self.config["syncFlushTimeout"] / 1000)
+            flush_by = min(now + self.config["syncFlushTimeout"] / 1000, answer_by)
+            flush = self.flusher.wait_flushed(end_offset, max(flush_by - now, 0.0))
         if need_ack > 1:
-            deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
-            replicas = self.replication.wait_acked(end_offset, need_ack, deadline)
+            replicas = self.replication.wait_acked(
+                end_offset, need_ack, min(now + self.config["slaveTimeout"] / 1000, answer_by))
         flushed, replica_status = True, PutStatus.PUT_OK
         if flush is not None and replicas is not None:
             flushed, replica_status = await asyncio.gather(flush, replicas)

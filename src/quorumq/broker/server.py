@@ -21,14 +21,14 @@ from quorumq.config import Config
 from quorumq.core.quorum import BrokerRole, alive_replicas_in_group
 from quorumq.endpoint.messaging import MessagingService
 from quorumq.endpoint.reader import MessageReaderService
-from quorumq.namesrv.registry import RouteRegistry
+from quorumq.namesrv.registry import RouteRegistry, client_route
 from quorumq.endpoint.writer import MessageWriterService
 
 log = logging.getLogger("quorumq.broker")
 
 NAMESRV_CALL_TIMEOUT_S = 3.0
 MASTER_CALL_TIMEOUT_S = 3.0
-FIND_MASTER_INTERVAL_S = 1.0  # a slave that does not know its master yet registers this often
+REGISTER_RETRY_INTERVAL_S = 1.0  # after a failed registration, or for a slave that lacks its master
 SYNC_METADATA_INTERVAL_S = 3.0  # a slave copies its master's topics and consumer positions this often
 
 
@@ -40,17 +40,21 @@ class NameServerLink:
         addresses = [address for address in broker.config["namesrvAddr"].split(";") if address]
         self.stubs = [pb_grpc.NameServerStub(grpc.aio.insecure_channel(address)) for address in addresses]
 
-    async def register(self) -> None:
-        """Register with every name server; a slave learns its master from the answers."""
+    async def register(self) -> bool:
+        """Register with every name server; a slave learns its master from the answers. Returns
+        whether every name server answered."""
         registration = self.broker.registration()
+        answered = 0
         for stub in self.stubs:
             try:
                 reply = await stub.RegisterBroker(registration, timeout=NAMESRV_CALL_TIMEOUT_S)
             except grpc.aio.AioRpcError as exc:
                 log.warning("registration with a name server failed: %s", exc.details())
                 continue
+            answered += 1
             if self.broker.role is BrokerRole.SLAVE and reply.master_ha_address:
                 self.broker.follow(reply.master_address, reply.master_ha_address)
+        return answered == len(self.stubs)
 
     async def unregister(self) -> None:
         for stub in self.stubs:
@@ -60,14 +64,16 @@ class NameServerLink:
                 pass
 
     async def route(self, topic: str) -> pb.TopicRoute | None:
-        """The name server's route; without one answering, this broker's own view of the topic."""
+        """The name server's route as clients get it (an acting slave under the master's id);
+        without one answering, this broker's own view of the topic."""
         for stub in self.stubs:
             try:
-                return await stub.GetRoute(pb.TopicRequest(topic=topic), timeout=NAMESRV_CALL_TIMEOUT_S)
+                return client_route(await stub.GetRoute(pb.TopicRequest(topic=topic),
+                                                        timeout=NAMESRV_CALL_TIMEOUT_S))
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.NOT_FOUND:
                     return None
-        return self._local_route(topic)
+        return client_route(self._local_route(topic))
 
     def _local_route(self, topic: str) -> pb.TopicRoute | None:
         """This broker's own route for a topic, built by the name server's rules."""
@@ -76,14 +82,14 @@ class NameServerLink:
         return registry.route(topic)
 
     async def keep_registered(self) -> None:
-        """Register every period, and at once whenever topics change; a slave without a master
-        asks again soon."""
+        """Register every period, and at once whenever topics change; after a failed registration
+        (a name server still starting), and while a slave does not know its master, soon."""
         while True:
             self.broker.topics_changed.clear()
-            await self.register()
+            registered = await self.register()
             period_s = self.broker.config["registerNameServerPeriod"] / 1000
-            if self.broker.role is BrokerRole.SLAVE and self.broker.slave is None:
-                period_s = min(period_s, FIND_MASTER_INTERVAL_S)
+            if not registered or self.broker.role is BrokerRole.SLAVE and self.broker.slave is None:
+                period_s = min(period_s, REGISTER_RETRY_INTERVAL_S)
             try:
                 await asyncio.wait_for(self.broker.topics_changed.wait(), period_s)
             except TimeoutError:

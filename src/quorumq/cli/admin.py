@@ -70,7 +70,7 @@ GROUP = arg("-g", "--group", required=True)
 @command("updateTopic", "create or change a topic on brokers", TOPIC, *BROKER_OR_CLUSTER,
          arg("-r", "--read-queue-nums", type=int, default=8),
          arg("-w", "--write-queue-nums", type=int, default=8),
-         arg("-p", "--perm", type=int, default=6, help="2 read, 4 write, 6 read and write"))
+         arg("-p", "--perm", type=int, default=6, help="4 read, 2 write, 6 read and write"))
 async def update_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
     addresses = await target_brokers(admin, args)
     await asyncio.gather(*(admin.update_topic(a, args.topic, args.read_queue_nums, args.write_queue_nums,

@@ -81,8 +81,9 @@ class AdminClient:
         return addresses
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
-        """Delete a topic on every master (of the cluster), then its route; the brokers' addresses."""
-        addresses = [b.address for b in await self.brokers(cluster, masters_only=True)]
+        """Delete a topic on every broker, slaves included (of the cluster), then its route; the
+        brokers' addresses."""
+        addresses = [b.address for b in await self.brokers(cluster)]
         request = pb.TopicRequest(topic=topic)
         await asyncio.gather(*(self._call(self._broker(a).DeleteTopic, request) for a in addresses))
         await self._call(self._namesrv().DeleteTopic, request)

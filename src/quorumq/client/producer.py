@@ -188,7 +188,7 @@ class Producer:
                 records = self._encoder.encode(topic.encode(), queue.queue_id, time.time_ns() // 1_000_000,
                                                self._host, accepted)
                 request = pb.SendBatchRequest(topic=topic, queue_id=queue.queue_id, records=records,
-                                              count=len(accepted))
+                                              count=len(accepted), request_id=ids[0])
             try:
                 async with self._window:
                     response = await call(self._channels.writer(queue.address).SendBatch, request,

@@ -4,6 +4,7 @@ Every answer carries a top-level status; a request the broker cannot serve gets 
 and an unexpected failure is logged and answered INTERNAL_ERROR while the server keeps serving.
 """
 
+import asyncio
 import functools
 import logging
 from typing import Awaitable, Callable
@@ -27,6 +28,7 @@ log = logging.getLogger("quorumq.endpoint")
 EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"
 CODE_OK = v5.Code.OK  # enum look-ups through the generated wrapper are slow on the hot path
 POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
+ANSWER_MARGIN_S = 0.2  # end a send's flush and replica waits this long before the client's deadline
 LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
 
 
@@ -60,6 +62,12 @@ def _seconds(duration: Duration) -> float:
 
 def _poll_budget(requested: Duration | None, context) -> float:
     return poll_budget(_seconds(requested) if requested is not None else 0.0, context)
+
+
+def answer_by(context) -> float | None:
+    """When a send must be answered (event-loop time): a little before the client's deadline."""
+    remaining = context.time_remaining()
+    return None if remaining is None else asyncio.get_running_loop().time() + remaining - ANSWER_MARGIN_S
 
 
 def poll_budget(requested_s: float, context) -> float:
@@ -170,7 +178,7 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         if sum(len(item.body) for item in incoming if isinstance(item, MessageIn)) > limits.BATCH_BYTES_MAX:
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes "
                                                       "of bodies")
-        results = await self.broker.put(incoming)
+        results = await self.broker.put(incoming, answer_by(context))
         response = v5s.SendMessageResponse()
         add_entry = response.entries.add  # adding in place copies less than building a list
         first_failure = None

@@ -7,6 +7,7 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error, QuorumqError
+from quorumq.namesrv.registry import MASTER_ID
 from quorumq.store import PERM_READ, PERM_WRITE
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
@@ -54,16 +55,16 @@ def _permission(readable: bool, writable: bool) -> int:
 
 
 def message_queues(route: pb.TopicRoute, topic: v5.Resource) -> list[v5.MessageQueue]:
-    """One v5 queue per queue id of each broker name, at the broker serving it (its master, or a
-    slave acting for a lost one), as RocketMQ's proxy builds them."""
-    serving = {data.broker_name: (data.serving_id, data.addresses[data.serving_id])
-               for data in route.brokers if data.serving_id in data.addresses}
+    """One v5 queue per queue id of each broker name on its id-0 address, as RocketMQ's proxy
+    builds them; the route is the client's view (registry.client_route), where a slave acting for
+    a lost master stands under id 0."""
+    serving = {data.broker_name: data.addresses[MASTER_ID] for data in route.brokers if MASTER_ID in data.addresses}
     queues = []
     for data in route.queues:
-        if data.broker_name not in serving:
+        address = serving.get(data.broker_name)
+        if address is None:
             continue
-        broker_id, address = serving[data.broker_name]
-        broker = v5.Broker(name=data.broker_name, id=broker_id, endpoints=endpoints(address))
+        broker = v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=endpoints(address))
         for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
             readable = queue_id < data.read_queue_nums and data.perm & PERM_READ
             writable = queue_id < data.write_queue_nums and data.perm & PERM_WRITE

@@ -10,6 +10,7 @@ from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.endpoint import messages
+from quorumq.endpoint.messaging import answer_by
 from quorumq.errors import Error, QuorumqError
 
 log = logging.getLogger("quorumq.endpoint")
@@ -24,11 +25,14 @@ class MessageWriterService(pb_grpc.MessageWriterServicer):
             topic = messages.check_name(request.topic, Error.ILLEGAL_TOPIC, "topic")
             if not 0 < request.count <= limits.BATCH_MESSAGES_MAX:  # before admission counts them
                 raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{limits.BATCH_MESSAGES_MAX} records")
+            if len(request.request_id) > limits.KEY_LENGTH_MAX:
+                raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, f"request id longer than {limits.KEY_LENGTH_MAX}")
             if request.queue_id < 0:
                 # The records name their queue, so the broker cannot pick one for them.
                 raise QuorumqError(Error.BAD_REQUEST, f"queue id {request.queue_id}: SendBatch names the queue")
             status, first_queue_offset = await self.broker.put_encoded(topic, request.queue_id, request.records,
-                                                                       request.count)
+                                                                       request.count, request.request_id,
+                                                                       answer_by(context))
         except QuorumqError as exc:
             return pb.SendBatchResponse(status=exc.error.name, detail=exc.detail)
         except Exception:

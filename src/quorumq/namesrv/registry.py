@@ -12,6 +12,24 @@ from quorumq.store.topic_configs import PERM_READ
 MASTER_ID = 0
 
 
+def client_route(route: pb.TopicRoute | None) -> pb.TopicRoute | None:
+    """The route as clients get it: a slave acting for a lost master is published under the
+    master's id, as RocketMQ's name server does (RouteInfoManager.pickupTopicRouteData with
+    supportActingMaster), because RocketMQ 5 clients read only from queues on broker id 0. Its
+    queues stay read-only, so no client sends to it."""
+    if route is None:
+        return None
+    view = pb.TopicRoute()
+    view.CopyFrom(route)
+    for data in view.brokers:
+        if data.serving_id != MASTER_ID and data.serving_id in data.addresses:
+            address = data.addresses[data.serving_id]
+            del data.addresses[data.serving_id]
+            data.addresses[MASTER_ID] = address
+            data.serving_id = MASTER_ID
+    return view
+
+
 @dataclass
 class BrokerEntry:
     registration: pb.BrokerRegistration

@@ -16,7 +16,7 @@ from quorumq.config import Config
 from quorumq.endpoint import v5
 from quorumq.endpoint.messages import topic_name
 from quorumq.errors import QuorumqError
-from quorumq.namesrv.registry import RouteRegistry
+from quorumq.namesrv.registry import RouteRegistry, client_route
 
 log = logging.getLogger("quorumq.namesrv")
 
@@ -66,7 +66,7 @@ class RouteOnlyMessagingService(v5_grpc.MessagingServiceServicer):
             topic = topic_name(request.topic)
         except QuorumqError as exc:
             return v5s.QueryRouteResponse(status=v5.error_status(exc))
-        return v5.route_response(self.registry.route(topic), request.topic)
+        return v5.route_response(client_route(self.registry.route(topic)), request.topic)
 
 
 async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float) -> None:
