@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := nats-server
 SETUP_STAMP := $(VENV)/.setup-done
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench bench-replicas clean
 
 setup: $(SETUP_STAMP)
 
@@ -38,6 +38,11 @@ test: setup
 bench: setup
 	$(PY) bench/bench_store.py
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
+	$(MAKE) --no-print-directory bench-replicas
+
+# Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 5 minutes).
+bench-replicas: setup
+	$(PY) bench/bench_replicas.py --repeat 2 --seconds 3 --wait-quiet 30
 
 clean:
 	rm -rf run .pytest_cache

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,19 +56,23 @@ class ServerCpu:
 
     def __init__(self, pids):
         self.pids = list(pids or [])
-        self.start_value = self.end_value = 0.0
+        self.start_values = self.end_values = [0.0] * len(self.pids)
 
-    def _read(self) -> float:
-        return sum(common.cpu_seconds(p) for p in self.pids)
+    def _read(self) -> list[float]:
+        return [common.cpu_seconds(p) for p in self.pids]
 
     def start(self):
-        self.start_value = self._read()
+        self.start_values = self._read()
 
     def stop(self):
-        self.end_value = self._read()
+        self.end_values = self._read()
 
     def used(self) -> float | None:
-        return (self.end_value - self.start_value) if self.pids else None
+        return sum(self.per_pid()) if self.pids else None
+
+    def per_pid(self) -> list[float]:
+        """CPU seconds of each server process, in the order of `pids`."""
+        return [end - start for start, end in zip(self.start_values, self.end_values)]
 
 
 def finish(result: dict, count: int, elapsed: float, cpu0: float, server: ServerCpu) -> dict:
@@ -81,6 +85,8 @@ def finish(result: dict, count: int, elapsed: float, cpu0: float, server: Server
         used = server.used()
         if used is not None:
             result["server_cpu_us_per_msg"] = round(used / count * 1e6, 1)
+        if len(server.pids) > 1:  # in the order of args["server_pids"]
+            result["server_cpu_us_per_msg_each"] = [round(u / count * 1e6, 1) for u in server.per_pid()]
     result["client_cpu_share"] = round(client_cpu / elapsed, 2) if elapsed > 0 else None
     if server.used() is not None and elapsed > 0:
         result["server_cpu_share"] = round(server.used() / elapsed, 2)
@@ -97,11 +103,14 @@ SUBJECT = "bench.foundation"
 
 
 async def _nats_connect(args):
+    """Connect to args["servers"] (URLs, tried in order) or to args["port"] on HOST, and make sure the
+    stream exists (args["replicas"] copies, default 1)."""
     import nats
-    nc = await nats.connect(f"nats://{HOST}:{args['port']}", allow_reconnect=False, max_reconnect_attempts=0)
+    servers = args.get("servers") or [f"nats://{HOST}:{args['port']}"]
+    nc = await nats.connect(servers, allow_reconnect=False, max_reconnect_attempts=0, dont_randomize=True)
     js = nc.jetstream(timeout=10)
     try:
-        await js.add_stream(name=STREAM, subjects=["bench.>"], storage="file", num_replicas=1)
+        await js.add_stream(name=STREAM, subjects=["bench.>"], storage="file", num_replicas=args.get("replicas", 1))
     except Exception:  # noqa: BLE001 - already exists
         pass
     return nc, js
@@ -359,6 +368,12 @@ def _quiet_shutdown(producer):
 # ---- quorumq's own client ------------------------------------------------------------------------
 
 
+def failure_name(error: Exception) -> str:
+    """How a send that raised is counted among the statuses: the client's error name, else the type."""
+    name = getattr(error, "name", None)
+    return f"raised {name}" if isinstance(name, str) else f"raised {type(error).__name__}"
+
+
 async def w_qq_batch(args):
     """quorumq.client.Producer(window=inflight).send_batch(topic, [batch x Message(1 KiB)]): `inflight`
     asyncio tasks each loop send_batch until the deadline, so `inflight` requests are on the wire;
@@ -370,6 +385,7 @@ async def w_qq_batch(args):
             await producer.send_batch(topic, [Message(payload) for _ in range(batch)])
         server = ServerCpu(args.get("server_pids"))
         state = {"ok": 0, "errors": 0, "error": None}
+        statuses = Counter()  # send status (or exception name) -> messages
         lat = []
 
         async def loop_sender(deadline):
@@ -381,9 +397,11 @@ async def w_qq_batch(args):
                 except Exception as e:  # noqa: BLE001
                     state["errors"] += batch
                     state["error"] = repr(e)
+                    statuses[failure_name(e)] += batch
                     await asyncio.sleep(0.01)
                     continue
                 lat.append(time.perf_counter() - t)
+                statuses.update(r.status for r in results)
                 ok = sum(1 for r in results if r.ok)
                 state["ok"] += ok
                 if ok != len(results):
@@ -396,7 +414,8 @@ async def w_qq_batch(args):
         await asyncio.gather(*(loop_sender(t0 + args["seconds"]) for _ in range(inflight)))
         elapsed = time.perf_counter() - t0
         result = finish({"batch": batch, "inflight": inflight, "errors": state["errors"],
-                         "last_error": state["error"]}, state["ok"], elapsed, cpu0, server)
+                         "last_error": state["error"], "statuses": dict(statuses)}, state["ok"], elapsed, cpu0,
+                        server)
         summary = common.latency_summary(lat)
         result.update({f"request_{k}": v for k, v in summary.items() if k != "samples"})
     return result
@@ -413,6 +432,7 @@ async def w_qq_single(args):
         lat = []
         errors = 0
         last_error = None
+        statuses = Counter()
         server.start()
         cpu0 = time.process_time()
         t0 = time.perf_counter()
@@ -421,16 +441,19 @@ async def w_qq_single(args):
         while now < deadline:
             try:
                 results = await producer.send_batch(topic, [Message(payload)])
+                statuses[results[0].status] += 1
                 if not results[0].ok:
                     errors += 1
                     last_error = f"{results[0].status} {results[0].detail}"
             except Exception as e:  # noqa: BLE001
                 errors += 1
                 last_error = repr(e)
+                statuses[failure_name(e)] += 1
             t = time.perf_counter()
             lat.append(t - now)
             now = t
-        result = finish({"errors": errors, "last_error": last_error}, len(lat) - errors, now - t0, cpu0, server)
+        result = finish({"errors": errors, "last_error": last_error, "statuses": dict(statuses)},
+                        len(lat) - errors, now - t0, cpu0, server)
         result.update(common.latency_summary(lat))
     return result
 
@@ -485,9 +508,9 @@ WORKERS = {
 }
 
 
-def worker_main(kind: str, args_json: str) -> None:
+def worker_main(kind: str, args_json: str, workers: dict | None = None) -> None:
     args = json.loads(args_json)
-    fn = WORKERS[kind]
+    fn = (workers or WORKERS)[kind]
     try:
         result = asyncio.run(fn(args)) if asyncio.iscoroutinefunction(fn) else fn(args)
     except Exception as e:  # noqa: BLE001
@@ -504,6 +527,8 @@ def worker_main(kind: str, args_json: str) -> None:
 
 
 class Bench:
+    worker_script = Path(__file__).resolve()  # runs `SCRIPT _worker KIND JSON` (a subclass may use its own)
+
     def __init__(self, opts):
         self.opts = opts
         self.workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="bench-foundation-"))
@@ -516,13 +541,15 @@ class Bench:
         self.round = 0
         self.commands: dict[str, str] = {}  # how each server was started
 
-    def worker(self, key: str, kind: str, args: dict, *, cpus: str | None = None, profile: bool = False) -> dict:
-        """Run one measurement in a fresh worker process; with --py-spy and `profile`, sample the
-        servers and the worker meanwhile and summarise where the time went."""
+    def worker(self, key: str, kind: str, args: dict, *, cpus: str | None = None, profile: bool = False,
+               timeout: float | None = None) -> dict:
+        """Run one measurement in a fresh worker process (killed after `timeout`, default --seconds + 60);
+        with --py-spy and `profile`, sample the servers and the worker meanwhile and summarise where the
+        time went."""
         args = {"seconds": self.opts.seconds, **args}
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-        argv = [PYTHON, __file__, "_worker", kind, json.dumps(args)]
+        argv = [PYTHON, self.worker_script, "_worker", kind, json.dumps(args)]
         spies = []
         if profile and self.opts.py_spy:
             pdir = self.workdir / "profiles"
@@ -533,7 +560,8 @@ class Bench:
         busy = common.cpu_busy(0.3, exclude=args.get("server_pids", []))
         print(f"  {key} ...", end=" ", flush=True)
         try:
-            res = common.run_worker(argv, label=key, timeout=self.opts.seconds + 60, log=self.log, cpus=cpus, env=env)
+            res = common.run_worker(argv, label=key, timeout=timeout or self.opts.seconds + 60, log=self.log,
+                                    cpus=cpus, env=env)
         finally:
             for _, spy in spies:
                 common.py_spy_stop(spy)
@@ -640,25 +668,39 @@ class Bench:
 
     # ---- quorumq ---------------------------------------------------------------------------------
 
-    def run_quorumq(self, flush: str, port: int):
-        system = f"quorumq {flush}"
-        data = self.workdir / f"quorumq-{flush.lower()}"
-        print(f"quorumq, flushDiskType={flush} (quorumq up --dir {data} --base-port {port})", flush=True)
+    def start_quorumq(self, name: str, port: int, up_args) -> tuple[subprocess.Popen, dict | None, Path]:
+        """`quorumq up --dir WORKDIR/NAME --base-port PORT UP_ARGS...` (a fresh data dir); returns the
+        `up` process, its cluster.json once every process listens (None if it did not come up) and the
+        data dir. Stop it with `stop_quorumq`."""
+        data = self.workdir / name
         if data.exists():
             shutil.rmtree(data)
         data.mkdir(parents=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-        argv = [PYTHON, "-m", "quorumq.cli.main", "up", "--dir", data, "--base-port", port,
-                "--set", f"flushDiskType={flush}", *self.opts.quorumq_set]
-        self.commands[f"quorumq up {flush}"] = shlex.join(map(str, argv))
-        up = common.start(argv, label=f"quorumq-up-{flush}", log=self.workdir / f"quorumq-up-{flush.lower()}.log",
-                          cwd=ROOT, env=env)
+        argv = [PYTHON, "-m", "quorumq.cli.main", "up", "--dir", data, "--base-port", port, *up_args]
+        self.commands[f"quorumq up {name}"] = shlex.join(map(str, argv))
+        up = common.start(argv, label=f"quorumq-up-{name}", log=self.workdir / f"{name}-up.log", cwd=ROOT, env=env)
+        return up, self._wait_cluster(data / "cluster.json", up, timeout=60), data
+
+    def stop_quorumq(self, up: subprocess.Popen, cluster: dict | None, data: Path) -> None:
+        """Stop `up` (it stops its processes), SIGKILL whatever is left and delete the data dir."""
+        common.stop_pid(up.pid, term_timeout=15)
+        common.kill_pids([p["pid"] for p in (cluster or {}).get("processes", [])])
+        if not self.opts.keep:
+            shutil.rmtree(data, ignore_errors=True)
+
+    def run_quorumq(self, flush: str, port: int):
+        system = f"quorumq {flush}"
+        name = f"quorumq-{flush.lower()}"
+        print(f"quorumq, flushDiskType={flush} (quorumq up --dir {self.workdir / name} --base-port {port})",
+              flush=True)
+        up, cluster, data = self.start_quorumq(name, port, ["--set", f"flushDiskType={flush}",
+                                                            *self.opts.quorumq_set])
         pids = []
         try:
-            cluster = self._wait_cluster(data / "cluster.json", up, timeout=60)
             if cluster is None:
-                msg = f"quorumq up did not come up (see {self.workdir / f'quorumq-up-{flush.lower()}.log'})"
+                msg = f"quorumq up did not come up (see {self.workdir / f'{name}-up.log'})"
                 self.notes.append(msg)
                 self.row(system, "everything", {"error": msg})
                 return
@@ -697,10 +739,7 @@ class Bench:
             self.row(system, f"official send_async (window {self.opts.official_window}, pinned)", r,
                      target=TARGETS["official_send_async"])
         finally:
-            common.stop_pid(up.pid, term_timeout=15)
-            common.kill_pids(pids)
-            if not self.opts.keep:
-                shutil.rmtree(data, ignore_errors=True)
+            self.stop_quorumq(up, cluster, data)
 
     def _vs_nats_lean(self, r: dict) -> str:
         lean = (self.results.get("nats_lean") or [{}])[-1].get("rate")

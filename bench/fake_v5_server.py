@@ -2,8 +2,9 @@
 
 It answers QueryRoute (one READ_WRITE queue whose broker is the address the client reached), Telemetry
 (echoes the client's settings with status OK and a max body size), Heartbeat and NotifyClientTermination
-(OK), and SendMessage (OK, one entry echoing the message id). It stores nothing. The benchmarks run the
-official client against it to show the client's own ceiling, next to the same client against quorumq.
+(OK), and SendMessage (OK, one entry echoing the message id), plus quorumq's MessageWriter.SendBatch
+(SEND_OK with the next queue offsets). It stores nothing. The benchmarks run the official client and
+quorumq's client against it to show each client's own ceiling, the round trip a broker adds to.
 
     python bench/fake_v5_server.py --port 23990
 """
@@ -19,6 +20,9 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
 from rocketmq.grpc_protocol import service_pb2_grpc as sg
+
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 
 OK = d.Status(code=d.Code.OK, message="OK")
 MAX_BODY = 4 * 1024 * 1024
@@ -58,9 +62,21 @@ class FakeMessagingService(sg.MessagingServiceServicer):
             yield s.TelemetryCommand(status=OK, settings=settings)
 
 
+class EmptyWriter(pb_grpc.MessageWriterServicer):
+    """Stores nothing: answers SEND_OK with the next queue offsets."""
+
+    def __init__(self) -> None:
+        self.next_offset = 0
+
+    async def SendBatch(self, request, context):
+        first, self.next_offset = self.next_offset, self.next_offset + request.count
+        return pb.SendBatchResponse(status="SEND_OK", first_queue_offset=first, count=request.count)
+
+
 async def serve(host: str, port: int) -> None:
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_BODY + 1024 * 1024)])
     sg.add_MessagingServiceServicer_to_server(FakeMessagingService(), server)
+    pb_grpc.add_MessageWriterServicer_to_server(EmptyWriter(), server)
     server.add_insecure_port(f"{host}:{port}")
     await server.start()
     stop = asyncio.Event()

@@ -466,3 +466,27 @@ def test_random_acks_agree_with_a_brute_force_model():
                     del pending[token]
                 else:
                     assert holders < need and deadline > now
+
+
+def test_quirk_fix_waiting_puts_are_replanned_when_a_slave_is_lost():
+    """Decision 11: 3 replicas, inSync 3 with degradation. Slave 1 acked 100, slave 2 acked 150;
+    puts end at 120, 200 and 300. Losing slave 2 lowers the need to 2: slave 1's copy releases
+    the put at 120 now and the others when slave 1 reaches them; lowering to 1 releases the rest."""
+    tracker, sessions = tracker_with_acks(100, 150)
+    for token, end in (("a", 120), ("b", 200), ("c", 300)):
+        assert tracker.add_waiter(token, end, 3, 9.0) is None
+    assert tracker.detach(2, sessions[1])
+    assert tracker.lower_need(3) == []  # nothing needs more than 3
+    assert tracker.lower_need(2) == []  # slave 1 has only 100
+    assert tracker.on_slave_ack(1, sessions[0], 200, 200) == [("a", OK), ("b", OK)]
+    assert tracker.lower_need(1) == [("c", OK)]
+    assert tracker.waiting == 0 and tracker.next_deadline() is None and tracker.expire(10.0) == []
+
+
+def test_lowering_the_need_keeps_other_waiters_in_offset_order():
+    tracker, sessions = tracker_with_acks(0, 0)
+    assert tracker.add_waiter("needs 2", 50, 2, 9.0) is None
+    assert tracker.add_waiter("needs 3", 40, 3, 9.0) is None
+    tracker.lower_need(2)
+    assert tracker.on_slave_ack(1, sessions[0], 45, 45) == [("needs 3", OK)]
+    assert tracker.on_slave_ack(1, sessions[0], 50, 50) == [("needs 2", OK)]

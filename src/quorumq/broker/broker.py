@@ -97,7 +97,8 @@ class Broker:
             self.replication = ReplicationMaster(
                 self.store, cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
                 host=self.config["bindAddress"], port=self.config["haListenPort"],
-                transfer_batch_bytes=self.config["haTransferBatchSize"], **self._ha_intervals())
+                transfer_batch_bytes=self.config["haTransferBatchSize"], on_slave_lost=self._replan_waiting,
+                **self._ha_intervals())
 
     def _ha_intervals(self) -> dict[str, float]:
         return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,
@@ -358,6 +359,15 @@ class Broker:
     def _plan_put(self) -> AckPlan:
         return plan_put(self.quorum_settings(), wait_store_msg_ok=True, alive_replicas=self.alive_replicas,
                         ha_in_sync=self.in_sync_replicas())
+
+    def _replan_waiting(self) -> None:
+        """A slave was lost: with adaptive degradation, puts waiting for its copy get what a new
+        put would need now (quorum decision 11)."""
+        settings = self.quorum_settings()
+        if settings.enable_slave_acting_master and settings.enable_auto_in_sync_replicas:
+            plan = self._plan_put()
+            if not plan.rejected:
+                self.replication.lower_need(plan.need_ack)
 
     async def _await_copies(self, end_offset: int, need_ack: int, answer_by: float | None) -> PutStatus:
         """Wait, side by side, for the flush the config asks for (syncFlushTimeout) and for

@@ -33,6 +33,10 @@ Decisions on RocketMQ's quirks (spec 1.2, 1.3, 5), KEEP or FIX:
    catches up releases puts (spec scenario 23).
 9. KEEP (from RocketMQ's fix of #1244). Every waiting put has an absolute deadline.
 10. KEEP. Controller mode (allAckInSyncStateSet, need ALL) is not handled here yet.
+11. FIX, with adaptive degradation only. When a slave is lost, puts already waiting are re-planned
+    as a new put would be (`AckTracker.lower_need`): a put that needed the lost slave's copy gets
+    the degraded count at once. RocketMQ leaves it waiting for slaveTimeout (FLUSH_SLAVE_TIMEOUT)
+    while the next put succeeds without waiting. Without degradation they wait, as in RocketMQ.
 """
 
 import heapq
@@ -309,6 +313,26 @@ class AckTracker:
         heapq.heappush(self._deadlines, (deadline, waiter.arrival, waiter))
         self._waiting += 1
         return None
+
+    def lower_need(self, need_ack: int) -> Released:
+        """Puts waiting for more than `need_ack` copies now need `need_ack` (decision 11); returns
+        the puts that releases, in order."""
+        assert need_ack >= 1, need_ack
+        lowered = sorted((waiter for need, queue in self._queues.items() if need > need_ack
+                          for waiter in queue if not waiter.done), key=lambda waiter: waiter.arrival)
+        for need in [need for need in self._queues if need > need_ack]:
+            del self._queues[need]
+        if need_ack == 1:
+            for waiter in lowered:
+                waiter.done = True
+            self._waiting -= len(lowered)
+            self._drop_done_deadlines()
+            return [(waiter.token, PutStatus.PUT_OK) for waiter in lowered]
+        for waiter in lowered:
+            waiter.need_ack = need_ack
+        queue = self._queues.setdefault(need_ack, deque())
+        self._queues[need_ack] = deque(sorted([*queue, *lowered], key=lambda waiter: waiter.next_offset))
+        return self._release()
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of a put still waiting."""

@@ -14,7 +14,7 @@ A second connection from a slave id already connected replaces the first, which 
 
 import asyncio
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from quorumq import limits
@@ -49,7 +49,8 @@ class ReplicationMaster:
                  transfer_batch_bytes: int = limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
-                 epoch: int = 0, epoch_start_offset: int = 0) -> None:
+                 epoch: int = 0, epoch_start_offset: int = 0,
+                 on_slave_lost: Callable[[], None] = lambda: None) -> None:
         if not 0 < transfer_batch_bytes <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:
             raise ValueError(f"haTransferBatchSize must lie in 1..{limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX}")
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
@@ -65,6 +66,7 @@ class ReplicationMaster:
         self._housekeeping_s = housekeeping_interval_s
         self.epoch = epoch
         self.epoch_start_offset = epoch_start_offset
+        self._on_slave_lost = on_slave_lost  # the put path may re-plan waiting puts (quorum decision 11)
         self._server: asyncio.Server | None = None
         self._connections: dict[int, _SlaveConnection] = {}  # slave id -> its current connection
         self._handlers: dict[asyncio.Task, asyncio.StreamWriter] = {}  # connection handler -> its socket
@@ -133,6 +135,10 @@ class ReplicationMaster:
             return status
         self._arm_timer()
         return await future
+
+    def lower_need(self, need_ack: int) -> None:
+        """Waiting puts that need more than `need_ack` copies now need `need_ack`."""
+        self._complete(self.tracker.lower_need(need_ack))
 
     @property
     def slaves(self) -> dict[int, Handshake]:
@@ -236,6 +242,8 @@ class ReplicationMaster:
             del self._connections[slave_id]
         if self.tracker.detach(slave_id, connection.session):
             log.info("slave %d disconnected", slave_id)
+            if not self._stopping:
+                self._on_slave_lost()
 
     async def _run(self, connection: _SlaveConnection, reader: asyncio.StreamReader) -> None:
         """Send and receive until either side ends; the first failure is raised."""

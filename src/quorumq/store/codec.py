@@ -194,6 +194,19 @@ def check_frame(view: memoryview | bytes | bytearray, position: int, segment_rem
     return frame, (0 if frame is Frame.BAD_FRAMING else total)
 
 
+def whole_records_end(view: memoryview | bytes | bytearray, position: int) -> int:
+    """Where the run of whole records (messages and BLANKs) from `position` ends in `view`, by
+    their size fields alone: no CRC or field checks. For copying bytes the store wrote and
+    checked itself to a reader that checks every record again (a slave's append_raw)."""
+    end = len(view)
+    while end - position >= BLANK_BYTES_MIN:
+        total, magic = BLANK_HEADER.unpack_from(view, position)
+        if magic not in (MESSAGE_MAGIC, BLANK_MAGIC) or total < BLANK_BYTES_MIN or position + total > end:
+            break
+        position += total
+    return position
+
+
 def check_message(view: memoryview | bytes | bytearray, position: int, total: int,
                   commit_log_offset: int) -> tuple[Frame, tuple]:
     """The checks of a message record whose magic and `total` size were found to fit: the lengths

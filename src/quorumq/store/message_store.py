@@ -35,7 +35,7 @@ from quorumq.errors import Error, QuorumqError
 from quorumq.store import codec
 from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from quorumq.store.codec import (ASSIGNED_POSITION, BLANK_BYTES_MIN, BLANK_HEADER, HEADER, MESSAGE_MAGIC,
-                                 TAGS_PROPERTY, Frame, StoredMessage, check_frame)
+                                 TAGS_PROPERTY, Frame, StoredMessage, check_frame, whole_records_end)
 from quorumq.store.commit_log import CommitLog, fsync_directory
 from quorumq.store.consume_queue import ENTRY, ConsumeQueue, DirtyFiles
 from quorumq.store.recovery import scan_commit_log
@@ -537,14 +537,9 @@ class MessageStore:
             # caller's error, not proof of corruption, so the store is not marked for it.
             raise QuorumqError(Error.ILLEGAL_OFFSET, f"no whole record starts at commit-log offset {offset} "
                                f"({frame.name})")
-        position = size
-        while position < len(data):
-            log_offset = offset + position
-            frame, size = check_frame(data, position, segment_end - log_offset, log_offset)
-            if frame not in (Frame.MESSAGE, Frame.BLANK) or position + size > len(data):
-                break  # serve the whole records before it; the next call starts there
-            position += size
-        return bytes(data[:position])
+        # The first record was checked whole: the offset is a record start. The rest were checked
+        # when appended and the slave checks them again, so only their sizes are read here.
+        return bytes(data[:whole_records_end(data, size)])
 
     def append_raw(self, offset: int, data: bytes) -> int:
         """Append whole records copied from a master's commit log; returns the new end offset.
