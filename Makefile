@@ -40,9 +40,9 @@ bench: setup
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 	$(MAKE) --no-print-directory bench-replicas
 
-# Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 5 minutes).
+# Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 bench-replicas: setup
-	$(PY) bench/bench_replicas.py --repeat 2 --seconds 3 --wait-quiet 30
+	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30
 
 clean:
 	rm -rf run .pytest_cache

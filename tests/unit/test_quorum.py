@@ -490,3 +490,16 @@ def test_lowering_the_need_keeps_other_waiters_in_offset_order():
     tracker.lower_need(2)
     assert tracker.on_slave_ack(1, sessions[0], 45, 45) == [("needs 3", OK)]
     assert tracker.on_slave_ack(1, sessions[0], 50, 50) == [("needs 2", OK)]
+
+
+def test_quirk_fix_waiting_puts_that_need_more_copies_than_can_be_given_end_at_once():
+    """Decision 11 without degradation: 3 replicas, inSync 3; one slave is lost, so a put that
+    needs 3 copies cannot get them: FLUSH_SLAVE_TIMEOUT now; a put that needs 2 keeps waiting."""
+    tracker, sessions = tracker_with_acks(0, 0)
+    assert tracker.add_waiter("needs 3", 10, 3, 9.0) is None
+    assert tracker.add_waiter("needs 2", 20, 2, 9.0) is None
+    assert tracker.fail_unreachable() == []  # two slaves attached: 3 copies are possible
+    tracker.detach(2, sessions[1])
+    assert tracker.fail_unreachable() == [("needs 3", TIMEOUT)]
+    assert tracker.waiting == 1
+    assert tracker.on_slave_ack(1, sessions[0], 20, 20) == [("needs 2", OK)]

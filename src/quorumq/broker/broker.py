@@ -361,13 +361,13 @@ class Broker:
                         ha_in_sync=self.in_sync_replicas())
 
     def _replan_waiting(self) -> None:
-        """A slave was lost: with adaptive degradation, puts waiting for its copy get what a new
-        put would need now (quorum decision 11)."""
+        """A slave was lost: with enableSlaveActingMaster, waiting puts are planned again as a new
+        put would be (quorum decision 11)."""
         settings = self.quorum_settings()
-        if settings.enable_slave_acting_master and settings.enable_auto_in_sync_replicas:
+        if settings.enable_slave_acting_master:
             plan = self._plan_put()
-            if not plan.rejected:
-                self.replication.lower_need(plan.need_ack)
+            degraded = settings.enable_auto_in_sync_replicas and not plan.rejected
+            self.replication.replan_waiting(plan.need_ack if degraded else None)
 
     async def _await_copies(self, end_offset: int, need_ack: int, answer_by: float | None) -> PutStatus:
         """Wait, side by side, for the flush the config asks for (syncFlushTimeout) and for

@@ -33,10 +33,12 @@ Decisions on RocketMQ's quirks (spec 1.2, 1.3, 5), KEEP or FIX:
    catches up releases puts (spec scenario 23).
 9. KEEP (from RocketMQ's fix of #1244). Every waiting put has an absolute deadline.
 10. KEEP. Controller mode (allAckInSyncStateSet, need ALL) is not handled here yet.
-11. FIX, with adaptive degradation only. When a slave is lost, puts already waiting are re-planned
-    as a new put would be (`AckTracker.lower_need`): a put that needed the lost slave's copy gets
-    the degraded count at once. RocketMQ leaves it waiting for slaveTimeout (FLUSH_SLAVE_TIMEOUT)
-    while the next put succeeds without waiting. Without degradation they wait, as in RocketMQ.
+11. FIX, with enableSlaveActingMaster (where a new put is planned against the live replicas).
+    When a slave is lost, puts already waiting are planned again as a new put would be: with
+    adaptive degradation they need the degraded count at once (`AckTracker.lower_need`); a put
+    that now needs more copies than the master and its attached slaves can give ends at once with
+    FLUSH_SLAVE_TIMEOUT (`AckTracker.fail_unreachable`), where the next put would be refused.
+    RocketMQ leaves them waiting for slaveTimeout. A plain SYNC_MASTER still waits, as RocketMQ.
 """
 
 import heapq
@@ -333,6 +335,20 @@ class AckTracker:
         queue = self._queues.setdefault(need_ack, deque())
         self._queues[need_ack] = deque(sorted([*queue, *lowered], key=lambda waiter: waiter.next_offset))
         return self._release()
+
+    def fail_unreachable(self) -> Released:
+        """Puts needing more copies than the master and its attached slaves can give: FLUSH_SLAVE_TIMEOUT
+        now (decision 11)."""
+        copies = 1 + len(self._slaves)
+        failed = sorted((waiter for need, queue in self._queues.items() if need > copies
+                         for waiter in queue if not waiter.done), key=lambda waiter: waiter.arrival)
+        for need in [need for need in self._queues if need > copies]:
+            del self._queues[need]
+        for waiter in failed:
+            waiter.done = True
+        self._waiting -= len(failed)
+        self._drop_done_deadlines()
+        return [(waiter.token, PutStatus.FLUSH_SLAVE_TIMEOUT) for waiter in failed]
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of a put still waiting."""

@@ -136,9 +136,12 @@ class ReplicationMaster:
         self._arm_timer()
         return await future
 
-    def lower_need(self, need_ack: int) -> None:
-        """Waiting puts that need more than `need_ack` copies now need `need_ack`."""
-        self._complete(self.tracker.lower_need(need_ack))
+    def replan_waiting(self, need_ack: int | None) -> None:
+        """A slave was lost: waiting puts need at most `need_ack` copies (None: as they did), and
+        those needing more copies than the attached slaves can give end now (quorum decision 11)."""
+        if need_ack is not None:
+            self._complete(self.tracker.lower_need(need_ack))
+        self._complete(self.tracker.fail_unreachable())
 
     @property
     def slaves(self) -> dict[int, Handshake]:
