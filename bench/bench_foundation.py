@@ -767,6 +767,29 @@ class Bench:
 
     # ---- all -------------------------------------------------------------------------------------
 
+    def report(self, name: str, columns, title: str, targets: dict, started: float) -> None:
+        """Print the table and notes; write bench/results/<name>.json with every raw figure."""
+        print()
+        table = common.print_table(self.rows, columns, title=title)
+        for note in self.notes:
+            print("note:", note)
+        machine = common.machine_info(tools={"nats_server_version": ["nats-server", "--version"]})
+        path = common.write_results(name, {
+            "body_size": BODY_SIZE,
+            "seconds_per_measurement": self.opts.seconds,
+            "options": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(self.opts).items()},
+            "targets": targets,
+            "title": title,
+            "table": table,
+            "rows": self.rows,
+            "server_commands": self.commands,
+            "results": self.results,
+            "notes": self.notes,
+            "workdir": str(self.workdir),
+            "wall_seconds": round(time.monotonic() - started, 1),
+        }, machine=machine)
+        print(f"\nwrote {path} (worker logs in {self.workdir}; {time.monotonic() - started:.0f} s)")
+
     def run(self):
         parts = self.opts.parts
         started = time.monotonic()
@@ -793,28 +816,9 @@ class Bench:
         columns = [("system", "system"), ("measurement", "measurement"), ("msg/s", "msg/s"),
                    ("p50 ms", "p50 ms"), ("p99 ms", "p99 ms"), ("client us/msg", "client CPU us/msg"),
                    ("server us/msg", "server CPU us/msg"), ("target", "target"), ("note", "note")]
-        print()
         rounds = f", median of {self.opts.repeat} rounds" if self.opts.repeat > 1 else ""
-        table = common.print_table(self.rows, columns,
-                                   title=f"{BODY_SIZE} B bodies, single broker, {self.opts.seconds:g} s per measurement"
-                                         f"{rounds}, {os.cpu_count()} cpus")
-        for note in self.notes:
-            print("note:", note)
-        machine = common.machine_info(tools={"nats_server_version": ["nats-server", "--version"]})
-        path = common.write_results(self.opts.name, {
-            "body_size": BODY_SIZE,
-            "seconds_per_measurement": self.opts.seconds,
-            "options": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(self.opts).items()},
-            "targets": TARGETS,
-            "table": table,
-            "rows": self.rows,
-            "server_commands": self.commands,
-            "results": self.results,
-            "notes": self.notes,
-            "workdir": str(self.workdir),
-            "wall_seconds": round(time.monotonic() - started, 1),
-        }, machine=machine)
-        print(f"\nwrote {path} (worker logs in {self.workdir}; {time.monotonic() - started:.0f} s)")
+        self.report(self.opts.name, columns, f"{BODY_SIZE} B bodies, single broker, {self.opts.seconds:g} s per "
+                                             f"measurement{rounds}, {os.cpu_count()} cpus", TARGETS, started)
         if not self.opts.keep:
             for sub in ("nats-store",):
                 shutil.rmtree(self.workdir / sub, ignore_errors=True)

@@ -652,28 +652,10 @@ class Bench(bf.Bench):
             rounds += " (the worse middle round)"
         title = (f"{BODY_SIZE} B bodies, {opts.seconds:g} s per measurement{rounds}, {os.cpu_count()} cpus shared by "
                  f"clients and servers")
-        print()
-        table = common.print_table(self.rows, columns, title=title)
-        for note in self.notes:
-            print("note:", note)
-        machine = common.machine_info(tools={"nats_server_version": ["nats-server", "--version"]})
-        path = common.write_results(NAME, {
-            "body_size": BODY_SIZE,
-            "seconds_per_measurement": opts.seconds,
-            "options": {k: sorted(v) if isinstance(v, set) else v for k, v in vars(opts).items()},
-            "targets": {f"quorumq R{QQ_REPLICAS} inSyncReplicas {TARGET_ISR} batch send":
-                        f">= {TARGET_FACTOR:g}x the NATS JetStream R{NATS_REPLICAS} lean pipeline rate of the same "
-                        "run"},
-            "title": title,
-            "table": table,
-            "rows": self.rows,
-            "server_commands": self.commands,
-            "results": self.results,
-            "notes": self.notes,
-            "workdir": str(self.workdir),
-            "wall_seconds": round(time.monotonic() - started, 1),
-        }, machine=machine)
-        print(f"\nwrote {path} (worker logs in {self.workdir}; {time.monotonic() - started:.0f} s)")
+        self.report(NAME, columns, title,
+                    {f"quorumq R{QQ_REPLICAS} inSyncReplicas {TARGET_ISR} batch send":
+                     f">= {TARGET_FACTOR:g}x the NATS JetStream R{NATS_REPLICAS} lean pipeline rate of the same run"},
+                    started)
 
 
 def csv_of(kind):
