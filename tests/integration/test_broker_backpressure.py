@@ -40,16 +40,26 @@ async def test_too_many_pending_messages_are_refused_then_served(broker):
     assert accepted.error is None and accepted.queue_offset == 0
 
 
+class CallWithoutDeadline:
+    """The one thing SendBatch asks of its gRPC context: the client set no deadline."""
+
+    @staticmethod
+    def time_remaining() -> None:
+        return None
+
+
 async def test_encoded_batches_share_the_bound_and_the_answer(broker):
     # SendBatch goes through the same admission as SendMessage; its refusal is a status, not an abort.
     writer = MessageWriterService(broker)
     data = b"".join(encoded(body) for body in (b"a", b"b"))
     broker.pending_messages = limits.PENDING_SEND_MESSAGES_MAX - 1
-    refused = await writer.SendBatch(pb.SendBatchRequest(topic="Busy", queue_id=0, records=data, count=2), None)
+    refused = await writer.SendBatch(pb.SendBatchRequest(topic="Busy", queue_id=0, records=data, count=2),
+                                     CallWithoutDeadline())
     assert (refused.status, refused.count) == ("TOO_MANY_REQUESTS", 0) and "retry later" in refused.detail
     assert broker.store.max_offset == 0, "a refused batch stores nothing"
     broker.pending_messages = 0
-    accepted = await writer.SendBatch(pb.SendBatchRequest(topic="Busy", queue_id=0, records=data, count=2), None)
+    accepted = await writer.SendBatch(pb.SendBatchRequest(topic="Busy", queue_id=0, records=data, count=2),
+                                     CallWithoutDeadline())
     assert (accepted.status, accepted.first_queue_offset, accepted.count) == ("SEND_OK", 0, 2)
     assert broker.pending_messages == 0 and broker.stats["msgPutTotal"] == 2
 
