@@ -320,35 +320,33 @@ class AckTracker:
         """Puts waiting for more than `need_ack` copies now need `need_ack` (decision 11); returns
         the puts that releases, in order."""
         assert need_ack >= 1, need_ack
-        lowered = sorted((waiter for need, queue in self._queues.items() if need > need_ack
-                          for waiter in queue if not waiter.done), key=lambda waiter: waiter.arrival)
-        for need in [need for need in self._queues if need > need_ack]:
-            del self._queues[need]
+        lowered = self._take_needing_more(need_ack)
         if need_ack == 1:
-            for waiter in lowered:
-                waiter.done = True
-            self._waiting -= len(lowered)
-            self._drop_done_deadlines()
-            return [(waiter.token, PutStatus.PUT_OK) for waiter in lowered]
+            return self._end(lowered, PutStatus.PUT_OK)
         for waiter in lowered:
             waiter.need_ack = need_ack
-        queue = self._queues.setdefault(need_ack, deque())
-        self._queues[need_ack] = deque(sorted([*queue, *lowered], key=lambda waiter: waiter.next_offset))
+        self._queues[need_ack] = deque(sorted([*self._queues.get(need_ack, ()), *lowered],
+                                              key=lambda waiter: waiter.next_offset))
         return self._release()
 
     def fail_unreachable(self) -> Released:
         """Puts needing more copies than the master and its attached slaves can give: FLUSH_SLAVE_TIMEOUT
         now (decision 11)."""
-        copies = 1 + len(self._slaves)
-        failed = sorted((waiter for need, queue in self._queues.items() if need > copies
-                         for waiter in queue if not waiter.done), key=lambda waiter: waiter.arrival)
-        for need in [need for need in self._queues if need > copies]:
-            del self._queues[need]
-        for waiter in failed:
+        return self._end(self._take_needing_more(1 + len(self._slaves)), PutStatus.FLUSH_SLAVE_TIMEOUT)
+
+    def _take_needing_more(self, copies: int) -> list[_Waiter]:
+        """Remove the queues of puts that need more than `copies`; their live waiters, by arrival."""
+        taken = [waiter for need in [need for need in self._queues if need > copies]
+                 for waiter in self._queues.pop(need) if not waiter.done]
+        return sorted(taken, key=lambda waiter: waiter.arrival)
+
+    def _end(self, waiters: list[_Waiter], status: PutStatus) -> Released:
+        """Complete taken waiters with `status`."""
+        for waiter in waiters:
             waiter.done = True
-        self._waiting -= len(failed)
+        self._waiting -= len(waiters)
         self._drop_done_deadlines()
-        return [(waiter.token, PutStatus.FLUSH_SLAVE_TIMEOUT) for waiter in failed]
+        return [(waiter.token, status) for waiter in waiters]
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of a put still waiting."""
