@@ -4,11 +4,12 @@
 PYTHON_BASE ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-# Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline).
-DEBIAN_PACKAGES := nats-server
+# Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline;
+# zookeeper: the controllers' consensus, which pulls in a Java runtime).
+DEBIAN_PACKAGES := nats-server zookeeper
 SETUP_STAMP := $(VENV)/.setup-done
 
-.PHONY: setup run test bench bench-replicas clean
+.PHONY: setup run test bench bench-replicas bench-failover clean
 
 setup: $(SETUP_STAMP)
 
@@ -39,10 +40,15 @@ bench: setup
 	$(PY) bench/bench_store.py
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 	$(MAKE) --no-print-directory bench-replicas
+	$(MAKE) --no-print-directory bench-failover
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 bench-replicas: setup
 	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30
+
+# Controller mode: 10 master SIGKILLs and 3 preferred-master hand-backs under load (about 4 minutes).
+bench-failover: setup
+	$(PY) bench/bench_failover.py --runs 10 --handbacks 3
 
 clean:
 	rm -rf run .pytest_cache
