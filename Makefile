@@ -46,9 +46,9 @@ bench: setup
 bench-replicas: setup
 	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30
 
-# Controller mode: 10 master SIGKILLs and 3 preferred-master hand-backs under load (about 4 minutes).
+# Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5 minutes).
 bench-failover: setup
-	$(PY) bench/bench_failover.py --runs 10 --handbacks 3
+	$(PY) bench/bench_failover.py --runs 10 --stops 3 --handbacks 3
 
 clean:
 	rm -rf run .pytest_cache

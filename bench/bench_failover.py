@@ -7,13 +7,19 @@ is 10 s) and one load process in the background:
 
   - a batch pipeline (quorumq's Producer.send_batch, --batch messages of 1 KiB per request,
     --inflight requests in flight) that keeps the machine busy, and
-  - a probe: one single send at a time, each with its start, end and status written to a file.
+  - probes: a single send started every 50 ms (each on its own, so one hung on a stopped master
+    holds back no other), each with its start, end, status and master epoch written to a file.
 
 Failover (--runs times): wait until every broker is in the SyncStateSet, SIGKILL the master, and
 take the time from the kill to the end of the first probe send started after the kill that was
-acknowledged SEND_OK (by the new master: the old one is dead). Then restart the old broker (it
+acknowledged SEND_OK by a master of a newer epoch. Then restart the old broker (it
 rejoins as a slave) and wait until it is back in the SyncStateSet. Every run must start exactly one
-new master epoch; any other epoch change is a false failover and is counted.
+new master epoch; any other epoch change is a false failover and is counted. A SIGKILL closes the
+broker's heartbeat stream, so the controller learns of it at once.
+
+Stop (--stops times): the same with SIGSTOP, a master that hangs with its connections open: only the
+heartbeat timeout (controllerHeartBeatTimeoutMills) finds it. SIGCONT then brings it back deposed,
+and it rejoins as a slave.
 
 Hand-back (--handbacks times): mark a slave preferred (brokerElectionPriority=0, changed live),
 turn enablePreferredMaster on at the controller, and take the time until the preferred broker is
@@ -22,8 +28,8 @@ acknowledged probe sends around it is the time writes were fenced.
 
 The bench never asserts: it prints a table and writes bench/results/bench_failover.json.
 
-    .venv/bin/python bench/bench_failover.py                  # 10 failovers, 3 hand-backs
-    .venv/bin/python bench/bench_failover.py --runs 3 --handbacks 1
+    .venv/bin/python bench/bench_failover.py                  # 10 kills, 3 stops, 3 hand-backs
+    .venv/bin/python bench/bench_failover.py --runs 3 --stops 1 --handbacks 1
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ TARGET_WORST_S = 5.0
 SETTLE_S = 120.0
 TOPIC = "BenchFailover"
 PRIORITY_DEFAULT = 2**31 - 1
+PROBE_INTERVAL_S = 0.05  # a probe send starts this often, whether the earlier ones have ended or not
+PROBE_TIMEOUT_S = 3.0
+PROBES_IN_FLIGHT_MAX = 512
 
 
 # ==================================================================================================
@@ -60,7 +69,10 @@ async def load(access_point: str, probe_path: Path, stop_path: Path, batch: int,
     from quorumq.client import ClientError, Message, Producer
     body = os.urandom(BODY_SIZE)
     acked = {"batch": 0}
-    async with Producer(access_point, timeout_s=5.0) as producer:
+    # Probes have a producer of their own, so that sends hung on a stopped master never hold back
+    # the next probe; their timeout is RocketMQ's sendMsgTimeout.
+    async with Producer(access_point, timeout_s=5.0) as producer, \
+            Producer(access_point, window=PROBES_IN_FLIGHT_MAX, timeout_s=PROBE_TIMEOUT_S) as prober:
         async def pipeline() -> None:
             while not stop_path.exists():
                 try:
@@ -69,18 +81,27 @@ async def load(access_point: str, probe_path: Path, stop_path: Path, batch: int,
                 except ClientError:
                     await asyncio.sleep(0.05)
 
-        async def probe() -> None:
-            with open(probe_path, "a", buffering=1) as out:
-                while not stop_path.exists():
-                    started = time.monotonic()
-                    try:
-                        status = (await producer.send_batch(TOPIC, [Message(body)]))[0].status
-                    except ClientError as error:
-                        status = error.name
-                    out.write(json.dumps({"t0": started, "t1": time.monotonic(), "status": status,
-                                          "batch_acked": acked["batch"]}) + "\n")
+        async def probe(out) -> None:
+            started, epoch = time.monotonic(), 0
+            try:
+                result = (await prober.send_batch(TOPIC, [Message(body)]))[0]
+                status, epoch = result.status, result.master_epoch
+            except ClientError as error:
+                status = error.name
+            out.write(json.dumps({"t0": started, "t1": time.monotonic(), "status": status, "epoch": epoch,
+                                  "batch_acked": acked["batch"]}) + "\n")
 
-        await asyncio.gather(probe(), *(pipeline() for _ in range(inflight)))
+        async def probes() -> None:
+            with open(probe_path, "a", buffering=1) as out:
+                running: set[asyncio.Task] = set()
+                while not stop_path.exists():
+                    task = asyncio.create_task(probe(out))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    await asyncio.sleep(PROBE_INTERVAL_S)
+                await asyncio.gather(*running)
+
+        await asyncio.gather(probes(), *(pipeline() for _ in range(inflight)))
 
 
 # ==================================================================================================
@@ -146,16 +167,22 @@ class Cluster:
         broker["pid"] = child.pid
 
 
+def label(broker: dict) -> str:
+    return f"{broker['broker_name']}-{broker['replica']}"
+
+
 def probes(path: Path) -> list[dict]:
     with open(path) as records:
         return [json.loads(line) for line in records if line.endswith("\n")]
 
 
-def first_ok_after(path: Path, moment: float, timeout: float) -> dict | None:
+def first_ok_after(path: Path, moment: float, timeout: float, epoch_above: int = 0) -> dict | None:
+    """The first probe send started at `moment` or later and acknowledged by a master of a later
+    epoch than `epoch_above`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for record in probes(path):
-            if record["t0"] >= moment and record["status"] == "SEND_OK":
+            if record["t0"] >= moment and record["status"] == "SEND_OK" and record["epoch"] > epoch_above:
                 return record
         time.sleep(0.02)
     return None
@@ -167,13 +194,13 @@ def longest_gap(path: Path, start: float, end: float) -> float:
     return max((b - a for a, b in zip(ends, ends[1:])), default=float("nan"))
 
 
-def failover_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
+def failover_run(cluster: Cluster, probe_path: Path, number: int, fault: signal.Signals) -> dict:
     before = cluster.wait_in_sync()
     master = cluster.master()
     killed_at = time.monotonic()
-    os.kill(master["pid"], signal.SIGKILL)
-    record = first_ok_after(probe_path, killed_at, SETTLE_S)
-    result = {"run": number, "epoch_before": before["master_epoch"], "killed": master["name"]}
+    os.kill(master["pid"], fault)
+    record = first_ok_after(probe_path, killed_at, SETTLE_S, epoch_above=before["master_epoch"])
+    result = {"run": number, "epoch_before": before["master_epoch"], "killed": label(master)}
     if record is None:
         result["error"] = "no acknowledged send after the kill"
         return result
@@ -183,7 +210,10 @@ def failover_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
         if killed_at <= probe["t1"] <= record["t1"]:
             statuses[probe["status"]] = statuses.get(probe["status"], 0) + 1
     result["probe_statuses_meanwhile"] = statuses
-    cluster.restart(master)
+    if fault == signal.SIGSTOP:
+        os.kill(master["pid"], signal.SIGCONT)  # it comes back deposed and rejoins as a slave
+    else:
+        cluster.restart(master)
     after = cluster.wait_in_sync()
     result["epoch_after"] = after["master_epoch"]
     result["extra_elections"] = after["master_epoch"] - before["master_epoch"] - 1
@@ -191,14 +221,14 @@ def failover_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
 
 
 def handback_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
-    cluster.wait_in_sync()
+    before = cluster.wait_in_sync()
     master = cluster.master()
     preferred = next(b for b in cluster.brokers if b is not master)
     cluster.admin("updateBrokerConfig", "-n", cluster.info["access_point"], "-b", preferred["address"],
                   "-k", "brokerElectionPriority", "-v", "0")
     asked_at = time.monotonic()
     cluster.admin("updateControllerConfig", "-a", cluster.controllers, "-k", "enablePreferredMaster", "-v", "true")
-    result = {"run": number, "preferred": preferred["name"]}
+    result = {"run": number, "preferred": label(preferred)}
     deadline = time.monotonic() + SETTLE_S
     while time.monotonic() < deadline:
         status = cluster.status(preferred)
@@ -208,7 +238,7 @@ def handback_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
     else:
         result["error"] = "the preferred broker never became master"
     became_at = time.monotonic()
-    record = first_ok_after(probe_path, became_at, SETTLE_S)
+    record = first_ok_after(probe_path, became_at, SETTLE_S, epoch_above=before["master_epoch"])
     if record is not None and "error" not in result:
         result["handback_s"] = round(record["t1"] - asked_at, 3)
         result["write_gap_s"] = round(longest_gap(probe_path, asked_at - 1, record["t1"]), 3)
@@ -229,6 +259,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description="controller-mode failover benchmark (see the module docstring)")
     parser.add_argument("--runs", type=int, default=10, help="master SIGKILLs (default 10)")
+    parser.add_argument("--stops", type=int, default=3, help="master SIGSTOPs (default 3)")
     parser.add_argument("--handbacks", type=int, default=3, help="preferred-master hand-backs (default 3)")
     parser.add_argument("--batch", type=int, default=64, help="messages per load request (default 64)")
     parser.add_argument("--inflight", type=int, default=4, help="load requests in flight (default 4)")
@@ -246,12 +277,15 @@ def main() -> None:
     probe_path.touch()
     loader = common.start([common.PYTHON, __file__, "_load", cluster.info["access_point"], probe_path, stop_path,
                            opts.batch, opts.inflight], label="load", log=workdir / "load.log", cwd=common.ROOT)
-    failovers, handbacks = [], []
+    failovers, stops, handbacks = [], [], []
     try:
         first_ok_after(probe_path, 0, SETTLE_S)
         for number in range(opts.runs):
-            failovers.append(failover_run(cluster, probe_path, number))
+            failovers.append(failover_run(cluster, probe_path, number, signal.SIGKILL))
             print(f"failover {number}: {failovers[-1]}", flush=True)
+        for number in range(opts.stops):
+            stops.append(failover_run(cluster, probe_path, number, signal.SIGSTOP))
+            print(f"stop {number}: {stops[-1]}", flush=True)
         for number in range(opts.handbacks):
             handbacks.append(handback_run(cluster, probe_path, number))
             print(f"hand-back {number}: {handbacks[-1]}", flush=True)
@@ -262,6 +296,7 @@ def main() -> None:
         cluster.stop()
         common.stop_all_started()
     failover_times = [r["failover_s"] for r in failovers if "failover_s" in r]
+    stop_times = [r["failover_s"] for r in stops if "failover_s" in r]
     handback_times = [r["handback_s"] for r in handbacks if "handback_s" in r]
     gaps = [r["write_gap_s"] for r in handbacks if "write_gap_s" in r]
     load_rate = records[-1]["batch_acked"] / (records[-1]["t1"] - records[0]["t0"]) if len(records) > 1 else None
@@ -270,17 +305,22 @@ def main() -> None:
          "target": f"worst <= {TARGET_WORST_S:g} s",
          "note": f"extra elections (false failovers): {sum(r.get('extra_elections', 0) for r in failovers)}; "
                  f"failed runs: {sum('error' in r for r in failovers)}"},
+        {"what": "failover: master SIGSTOP -> first SEND_OK on the new master", **summary(stop_times),
+         "target": "", "note": f"found by the heartbeat timeout; extra elections: "
+                               f"{sum(r.get('extra_elections', 0) for r in stops)}; "
+                               f"failed runs: {sum('error' in r for r in stops)}"},
         {"what": "hand-back: enablePreferredMaster -> first SEND_OK on the preferred", **summary(handback_times),
          "target": "", "note": f"longest gap between acknowledged sends: {max(gaps) if gaps else '-'} s; "
                                f"failed runs: {sum('error' in r for r in handbacks)}"},
     ]
     columns = [("what", "measurement"), ("runs", "runs"), ("median_s", "median s"), ("worst_s", "worst s"),
                ("target", "target"), ("note", "note")]
-    title = (f"3 replicas, allAckInSyncStateSet=true, RocketMQ's default timeouts; background load "
+    settings = f"RocketMQ's defaults but {', '.join(opts.set)}" if opts.set else "RocketMQ's default timeouts"
+    title = (f"3 replicas, allAckInSyncStateSet=true, {settings}; background load "
              f"{common.fmt_rate(load_rate)} msg/s acknowledged ({opts.batch} x {BODY_SIZE} B per request, "
              f"{opts.inflight} in flight); {os.cpu_count()} cpus shared")
     common.print_table(rows, columns, title)
-    path = common.write_results(NAME, {"title": title, "rows": rows, "failovers": failovers, "handbacks": handbacks,
+    path = common.write_results(NAME, {"title": title, "rows": rows, "failovers": failovers, "stops": stops, "handbacks": handbacks,
                                        "load_msg_per_s": load_rate, "seconds": round(time.time() - started, 1)})
     print(f"\nwrote {path}")
     shutil.rmtree(workdir, ignore_errors=True)
