@@ -296,6 +296,7 @@ class FailedRecord:
     message: Message
     status: str
     detail: str
+    target: str  # the destination's access point, e.g. for a dead-letter topic there
 
 
 @dataclass
@@ -398,9 +399,10 @@ class QueueWriter(DataSourceStreamArrowWriter):
         failed: list[FailedRecord] = []
         pairs: list[tuple[int, int]] = []
         producer = clients.producer(self.options.access_point)
+        fail_fast = self.options.on_failure == "fail"  # later records would only be sent again on replay
         position = start
         for chunk in batches(rows.messages[start:], limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX):
-            results = _send_chunk(producer, rows.topic, destination, chunk)
+            results = _send_chunk(producer, rows.topic, destination, chunk, stop_at_failure=fail_fast)
             now_ms = time.time_ns() // 1_000_000
             for offset, (message, result) in enumerate(zip(chunk, results), start=position):
                 if result.ok:
@@ -413,8 +415,10 @@ class QueueWriter(DataSourceStreamArrowWriter):
                 else:
                     failed.append(FailedRecord(rows.topic, report.source_broker, report.source_queue_id,
                                                rows.source_offsets[offset] if rows.source else None, message,
-                                               result.status, result.detail))
+                                               result.status, result.detail, self.options.access_point))
             position += len(chunk)
+            if failed and fail_fast:
+                break
         if failed:
             self._apply_policy(failed, report)
         report.syncs = [(sync.source_offset, sync.destination_offset) for sync in plan.sync_points(pairs)]
@@ -488,11 +492,22 @@ def _retriable(status: str) -> bool:
     return error is None or error.value.retriable
 
 
-def _send_chunk(producer: Any, topic: str, destination: tuple[str, int] | None,
-                chunk: Sequence[Message]) -> list[SendResult]:
+def _send_one_by_one(producer: Any, topic: str, destination: tuple[str, int] | None, chunk: Sequence[Message],
+                     stop_at_failure: bool) -> list[SendResult]:
+    """The results of the messages sent, in order; with stop_at_failure none after the first failure."""
+    results = []
+    for message in chunk:
+        results += _send_chunk(producer, topic, destination, [message], stop_at_failure)
+        if stop_at_failure and not results[-1].ok:
+            break
+    return results
+
+
+def _send_chunk(producer: Any, topic: str, destination: tuple[str, int] | None, chunk: Sequence[Message],
+                stop_at_failure: bool) -> list[SendResult]:
     """One request's worth of messages, sent again with backoff while it fails in a way that may
     pass; a chunk refused as a whole by rule is sent message by message, so that only the records
-    at fault fail. Success is SEND_OK only."""
+    at fault fail (and, with stop_at_failure, nothing after them is sent). Success is SEND_OK only."""
     broker, queue_id = (destination[0] or None, destination[1]) if destination else (None, None)
     backoff_s = 0.05
     for attempt in range(limits.REPLICATOR_SEND_ATTEMPTS):
@@ -504,9 +519,7 @@ def _send_chunk(producer: Any, topic: str, destination: tuple[str, int] | None,
         if not failed or len(failed) < len(results):  # all stored, or some refused by rule alone
             return results
         if not _retriable(failed[0].status):
-            if len(chunk) > 1:
-                return [result for message in chunk for result in _send_chunk(producer, topic, destination, [message])]
-            return results
+            return results if len(chunk) == 1 else _send_one_by_one(producer, topic, destination, chunk, stop_at_failure)
         if attempt + 1 < limits.REPLICATOR_SEND_ATTEMPTS:
             time.sleep(backoff_s)
             backoff_s = min(2 * backoff_s, limits.REPLICATOR_SEND_BACKOFF_S_MAX)

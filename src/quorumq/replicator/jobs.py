@@ -63,9 +63,11 @@ class Settings:
         return self.checkpoint / "heartbeat.json"
 
 
-def _start(spark: Any, name: str, writer: Any, checkpoint: Path, interval_s: float) -> Any:
+def _start(spark: Any, name: str, writer: Any, settings: Settings, interval_s: float) -> Any:
+    """Start a job's query, named by job and direction (a session may run both directions)."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)  # FAIR: small jobs never wait behind data
-    return (writer.queryName(name).option("checkpointLocation", str(checkpoint))
+    direction = f"{clients.cluster_name(settings.source)}->{clients.cluster_name(settings.target)}"
+    return (writer.queryName(f"{name} {direction}").option("checkpointLocation", str(settings.job_dir(name)))
             .trigger(processingTime=f"{interval_s} seconds").start())
 
 
@@ -79,7 +81,7 @@ def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...
               .option("dedupe", str(settings.dedupe).lower()))
     if offset_syncs:
         writer = writer.option("offsetSyncTopic", OFFSET_SYNC_TOPIC).option("metricsPath", str(settings.metrics_path))
-    return _start(spark, name, writer, settings.job_dir(name), settings.trigger_s)
+    return _start(spark, name, writer, settings, settings.trigger_s)
 
 
 def start_replicate(spark: Any, settings: Settings) -> Any:
@@ -93,7 +95,7 @@ def _tick(spark: Any, name: str, settings: Settings, interval_s: float, work: Ca
         work()
 
     writer = spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream.foreachBatch(each_batch)
-    return _start(spark, name, writer, settings.job_dir(name), interval_s)
+    return _start(spark, name, writer, settings, interval_s)
 
 
 # Config.
