@@ -71,14 +71,15 @@ def progress_lines(queries: list[Any], settings: Settings) -> list[str]:
 
 def queue_lag(end_offset: Any, latest_offset: Any) -> dict[str, int]:
     """Messages not yet replicated per queue ("topic/broker/queue" for display only)."""
-    if not end_offset or not latest_offset:
+    end_offset, latest_offset = _json(end_offset), _json(latest_offset)
+    if not end_offset or not latest_offset:  # before the first batch, or the source reports none
         return {}
-    end = decode_offsets(_json(end_offset))
-    latest = decode_offsets(_json(latest_offset))
+    end, latest = decode_offsets(end_offset), decode_offsets(latest_offset)
     return {f"{q.topic}/{q.broker}/{q.queue_id}": latest[q] - end.get(q, latest[q]) for q in sorted(latest)}
 
 
 def _json(value: Any) -> Any:
+    """Progress gives offsets as JSON text (or "null")."""
     return json.loads(value) if isinstance(value, str) else value
 
 
