@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import LocalCluster, check_for
+from harness import check_for
+from quorumq import limits
 from quorumq.client import AdminClient, Blocking, PullConsumer
 from quorumq.core import replicator as plan
 from quorumq.core.replicator import TopicShape
@@ -17,16 +18,6 @@ from replicator_support import (DEAD_LETTER_TOPIC, create_topic, new_topic, prod
                                 source_offsets, worker_environment)
 
 WAIT_S = 90.0
-
-
-@pytest.fixture(scope="module")
-def clusters(tmp_path_factory):
-    started = [LocalCluster(tmp_path_factory.mktemp(f"cluster-{name}"), cluster=name) for name in ("A", "B")]
-    try:
-        yield [cluster.start() for cluster in started]
-    finally:
-        for cluster in started:
-            cluster.stop()
 
 
 @pytest.fixture(scope="module")
@@ -136,13 +127,8 @@ def test_a_group_moved_to_the_standby_skips_nothing(spark, clusters, tmp_path):
             resumed_at = consumer.get_offset(topic, queue)
             resumed = source_offsets(queue_messages(standby, topic, queue)[resumed_at:])
             assert set(range(offset, 300)) <= set(resumed), "never after a message the group had not consumed"
-            assert offset - limits_spacing() <= (resumed[0] if resumed else 300) <= offset, "near where it was"
-
-
-def limits_spacing() -> int:
-    from quorumq import limits
-
-    return limits.REPLICATOR_SYNC_SPACING
+            assert offset - limits.REPLICATOR_SYNC_SPACING <= (resumed[0] if resumed else 300) <= offset, \
+                "near where it was"
 
 
 def test_config_job_creates_and_expands_topics_and_never_shrinks(clusters):

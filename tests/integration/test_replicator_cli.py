@@ -8,23 +8,11 @@ import subprocess
 import sys
 from collections import Counter
 
-import pytest
-
-from harness import LocalCluster, check_for
+from harness import check_for
 from replicator_support import create_topic, new_topic, produce, queue_ends, queue_messages, source_offsets
 
 QUEUES, PER_QUEUE, BATCH = 4, 3000, 2000
 RUN_TIMEOUT_S = 150.0
-
-
-@pytest.fixture(scope="module")
-def clusters(tmp_path_factory):
-    started = [LocalCluster(tmp_path_factory.mktemp(f"cluster-{name}"), cluster=name) for name in ("A", "B")]
-    try:
-        yield [cluster.start() for cluster in started]
-    finally:
-        for cluster in started:
-            cluster.stop()
 
 
 class Driver:
