@@ -4,11 +4,12 @@
 PYTHON_BASE ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-# Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline).
-DEBIAN_PACKAGES := nats-server
+# Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline;
+# openjdk-17-jre-headless: the JVM under PySpark, for the replicator).
+DEBIAN_PACKAGES := nats-server openjdk-17-jre-headless
 SETUP_STAMP := $(VENV)/.setup-done
 
-.PHONY: setup run test bench bench-replicas clean
+.PHONY: setup run test bench bench-replicas bench-replicator clean
 
 setup: $(SETUP_STAMP)
 
@@ -39,10 +40,15 @@ bench: setup
 	$(PY) bench/bench_store.py
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 	$(MAKE) --no-print-directory bench-replicas
+	$(MAKE) --no-print-directory bench-replicator
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 bench-replicas: setup
 	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30
+
+# The Spark replicator against one Python process that pulls and sends (about 5 minutes).
+bench-replicator: setup
+	$(PY) bench/bench_replicator.py
 
 clean:
 	rm -rf run .pytest_cache
