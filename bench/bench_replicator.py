@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import RESULTS_DIR, fmt_ms, fmt_rate, latency_summary, machine_info, print_table, write_results  # noqa: E402
 from harness import LocalCluster  # noqa: E402
-from quorumq.client import Blocking, Message, Producer, PullConsumer  # noqa: E402
+from quorumq.client import AdminClient, Blocking, Message, Producer, PullConsumer  # noqa: E402
 from quorumq.core import replicator as plan  # noqa: E402
 from quorumq.replicator import jobs  # noqa: E402
 from quorumq.replicator.app import spark_session  # noqa: E402
@@ -35,8 +35,6 @@ BODY = b"x" * 1024
 
 
 def create_topic(access_point: str, topic: str) -> None:
-    from quorumq.client import AdminClient
-
     with Blocking(AdminClient, access_point) as admin:
         for broker in admin.brokers(masters_only=True):
             admin.update_topic(broker.address, topic, QUEUES, QUEUES)
@@ -128,6 +126,32 @@ def offered(access_point: str, topic: str, rate: int, seconds: float) -> multipr
     return process
 
 
+def start_baseline(source: str, target: str, topic: str, seconds: float) -> multiprocessing.Process:
+    process = multiprocessing.get_context("spawn").Process(target=run_baseline, args=(source, target, topic, "A", seconds),
+                                                           daemon=True)
+    process.start()
+    return process
+
+
+def spark_settings(source: str, target: str, topic: str, work: Path) -> Settings:
+    return Settings(source=source, target=target, topics=(topic,), checkpoint=work / topic, tag_filters={},
+                    starting="earliest", trigger_s=0.5)
+
+
+def measure_throughput(pipeline: str, target: str, topic: str, messages: int, started: float) -> dict:
+    first, done = wait_for(target, topic, messages, 600)
+    return {"pipeline": pipeline, "what": "throughput", "msg_per_s": messages / (done - first),
+            "with_startup_msg_per_s": messages / (done - started)}
+
+
+def measure_latency(pipeline: str, source: str, target: str, topic: str, rate: int, seconds: float) -> dict:
+    """Offer the load while the pipeline runs, wait for every copy, and compare store times."""
+    load = offered(source, topic, rate, seconds)
+    load.join()
+    wait_for(target, topic, standby_count(source, topic), 120)
+    return {"pipeline": pipeline, "what": f"latency at {rate} msg/s", **latency_summary(latencies(target, topic))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=200_000)
@@ -148,48 +172,26 @@ def main() -> int:
         preload(source, "T_baseline", args.messages)
 
         # Baseline throughput, then latency under the offered load.
-        started = time.monotonic()
-        baseline = multiprocessing.get_context("spawn").Process(
-            target=run_baseline, args=(source, target, "T_baseline", "A", 600))
-        baseline.start()
-        first, done = wait_for(target, "T_baseline", args.messages, 600)
+        baseline_name, spark_name = "one Python process (baseline)", "Spark replicator (local[2])"
+        baseline = start_baseline(source, target, "T_baseline", 600)
+        rows.append(measure_throughput(baseline_name, target, "T_baseline", args.messages, time.monotonic()))
         baseline.terminate()
-        baseline.join()
-        rows.append({"pipeline": "one Python process (baseline)", "what": "throughput",
-                     "msg_per_s": args.messages / (done - first), "with_startup_msg_per_s": args.messages / (done - started)})
-        baseline = multiprocessing.get_context("spawn").Process(
-            target=run_baseline, args=(source, target, "L_baseline", "A", args.seconds + 30))
-        baseline.start()
+        baseline = start_baseline(source, target, "L_baseline", args.seconds + 30)
         time.sleep(2)
-        load = offered(source, "L_baseline", args.rate, args.seconds)
-        load.join()
-        wait_for(target, "L_baseline", standby_count(source, "L_baseline"), 120)
+        rows.append(measure_latency(baseline_name, source, target, "L_baseline", args.rate, args.seconds))
         baseline.terminate()
-        baseline.join()
-        rows.append({"pipeline": "one Python process (baseline)", "what": f"latency at {args.rate} msg/s",
-                     **latency_summary(latencies(target, "L_baseline"))})
 
         # The Spark replicator: one session, the replicate job of each topic.
         spark = spark_session("local[2]", "bench-replicator")
-        settings = Settings(source=source, target=target, topics=("T_spark",), checkpoint=work / "spark-t",
-                            tag_filters={}, starting="earliest", trigger_s=0.5)
         started = time.monotonic()
-        query = jobs.start_replicate(spark, settings)
-        first, done = wait_for(target, "T_spark", args.messages, 600)
+        query = jobs.start_replicate(spark, spark_settings(source, target, "T_spark", work))
+        rows.append(measure_throughput(spark_name, target, "T_spark", args.messages, started))
         query.stop()
-        rows.append({"pipeline": "Spark replicator (local[2])", "what": "throughput",
-                     "msg_per_s": args.messages / (done - first), "with_startup_msg_per_s": args.messages / (done - started)})
-        settings = Settings(source=source, target=target, topics=("L_spark",), checkpoint=work / "spark-l",
-                            tag_filters={}, starting="earliest", trigger_s=0.5)
-        query = jobs.start_replicate(spark, settings)
+        query = jobs.start_replicate(spark, spark_settings(source, target, "L_spark", work))
         time.sleep(10)  # past the first micro-batch's worker start
-        load = offered(source, "L_spark", args.rate, args.seconds)
-        load.join()
-        wait_for(target, "L_spark", standby_count(source, "L_spark"), 120)
+        rows.append(measure_latency(spark_name, source, target, "L_spark", args.rate, args.seconds))
         query.stop()
         spark.stop()
-        rows.append({"pipeline": "Spark replicator (local[2])", "what": f"latency at {args.rate} msg/s",
-                     **latency_summary(latencies(target, "L_spark"))})
     finally:
         for cluster in clusters:
             cluster.stop()
