@@ -100,7 +100,7 @@ def pid_alive(pid: int) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, IndexError):
         return False
-    return state not in ("Z", "X") and b"quorumq" in cmdline
+    return state not in ("Z", "X") and (b"quorumq" in cmdline or b"zookeeper" in cmdline)
 
 
 def stop_process(process: dict, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> None:
@@ -142,8 +142,8 @@ def wait_registered(cluster: dict, timeout: float = CLUSTER_START_TIMEOUT_S) -> 
     brokers = [p for p in cluster["processes"] if p["kind"] == "broker" and pid_alive(p["pid"])]
     with Blocking(AdminClient, cluster["access_point"], timeout_s=2.0) as admin:
         def all_serving() -> bool:
-            registered = {(b.broker_name, b.broker_id) for b in admin.cluster_info().brokers}
-            if not {(p["broker_name"], p["broker_id"]) for p in brokers} <= registered:
+            registered = {(b.broker_name, b.address) for b in admin.cluster_info().brokers}
+            if not {(p["broker_name"], p["address"]) for p in brokers} <= registered:
                 return False
             for broker in brokers:
                 admin.broker_status(broker["address"])
@@ -157,13 +157,15 @@ class LocalCluster:
 
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
-                 base_port: int | None = None, replicas: int = 1) -> None:
+                 base_port: int | None = None, replicas: int = 1, controllers: int = 0) -> None:
         self.directory = Path(directory)
         self.base_port = base_port or free_base_port()
         self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers),
                      "--replicas", str(replicas)]
         if cluster:
             self.args += ["--cluster", cluster]
+        if controllers:
+            self.args += ["--controller", "--controllers", str(controllers)]
         for key, value in {"mappedFileSizeCommitLog": str(TEST_SEGMENT_BYTES), **(sets or {})}.items():
             self.args += ["--set", f"{key}={value}"]
         for assignment in broker_sets:
@@ -200,6 +202,8 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 self.up.kill()
                 self.up.wait()
-        for process in (self.info or {}).get("processes", []):
+        info = self.info or {}
+        for process in info.get("processes", []) + ([info["zookeeper"]] if "zookeeper" in info else []):
             if pid_alive(process["pid"]):
+                os.kill(process["pid"], signal.SIGCONT)  # a paused process must not outlive the test
                 os.kill(process["pid"], signal.SIGKILL)

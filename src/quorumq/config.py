@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 class Kind(str, Enum):
     NAMESRV = "namesrv"
     BROKER = "broker"
+    CONTROLLER = "controller"
 
 
 def _bool(text: str) -> bool:
@@ -50,7 +51,9 @@ class Key:
 
 B = frozenset({Kind.BROKER})
 N = frozenset({Kind.NAMESRV})
+C = frozenset({Kind.CONTROLLER})
 BN = frozenset({Kind.BROKER, Kind.NAMESRV})
+BNC = frozenset({Kind.BROKER, Kind.NAMESRV, Kind.CONTROLLER})
 
 KEYS: dict[str, Key] = {
     # Identity and addresses.
@@ -59,9 +62,9 @@ KEYS: dict[str, Key] = {
     "brokerId": Key(int, 0, B),
     "brokerRole": Key(_choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", B),
     "namesrvAddr": Key(str, "", B),
-    "listenPort": Key(int, 10911, BN),
+    "listenPort": Key(int, 10911, BNC),
     "haListenPort": Key(int, 10912, B),
-    "bindAddress": Key(str, "127.0.0.1", BN),  # quorumq: where to listen
+    "bindAddress": Key(str, "127.0.0.1", BNC),  # quorumq: where to listen
     "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients and slaves
     "advertisedAddress": Key(str, "", B),  # quorumq: host:port for clients when a proxy sits in front
     "brokerPermission": Key(int, 6, B, live=True),
@@ -96,9 +99,30 @@ KEYS: dict[str, Key] = {
     "haSendHeartbeatInterval": Key(int, limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT, B),
     "haHousekeepingInterval": Key(int, limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT, B),
     "haTransferBatchSize": Key(int, limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT, B),
+    # Controller mode on the broker (RIP-44; spec rocketmq-ha.md 2.1, 2.7, 2.8).
+    "enableControllerMode": Key(_bool, False, B),
+    "controllerAddr": Key(str, "", B),  # host:port of every controller, separated by ;
+    "brokerElectionPriority": Key(int, limits.ELECTION_PRIORITY_DEFAULT, B, live=True),
+    "allAckInSyncStateSet": Key(_bool, False, B, live=True),
+    "haMaxTimeSlaveNotCatchup": Key(int, 15_000, B, live=True),
+    "brokerHeartbeatInterval": Key(int, 1000, B),
+    "controllerHeartBeatTimeoutMills": Key(int, 10_000, B),
+    "syncBrokerMetadataPeriod": Key(int, 5000, B),
+    "checkSyncStateSetPeriod": Key(int, 5000, B),
+    # quorumq: how long a master fences writes while its preferred broker catches up before a hand-over.
+    "preferredMasterHandOverTimeoutMillis": Key(int, 3000, B, live=True),
     # Name server.
     "brokerNotActiveTimeoutMillis": Key(int, 120_000, N),
-    "scanNotActiveBrokerInterval": Key(int, 5000, N),
+    "scanNotActiveBrokerInterval": Key(int, 5000, frozenset({Kind.NAMESRV, Kind.CONTROLLER})),
+    # Controller (RocketMQ's ControllerConfig; the consensus is ZooKeeper, not DLedger).
+    "zookeeperAddress": Key(str, "127.0.0.1:2181", C),  # quorumq: the ZooKeeper connect string
+    "zookeeperRoot": Key(str, "/quorumq", C),  # quorumq: where the controllers keep their state
+    "zookeeperSessionTimeoutMillis": Key(int, 4000, C),  # quorumq: a lost leader steps down after this
+    "scanInactiveMasterInterval": Key(int, 5000, C),
+    "electMasterMaxRetryCount": Key(int, 3, C),
+    "enableElectUncleanMaster": Key(_bool, False, C, live=True),
+    "notifyBrokerRoleChanged": Key(_bool, True, C),
+    "enablePreferredMaster": Key(_bool, False, C, live=True),
 }
 
 # Keys RocketMQ's broker or name server knows that quorumq does not use (yet): accepted, warned once.
@@ -118,9 +142,9 @@ ROCKETMQ_KEYS_UNUSED = frozenset("""
     serverWorkerThreads slaveReadEnable storePathCommitLog storePathConsumeQueue storePathIndex
     transientStorePoolEnable transientStorePoolSize useEpollNativeSelector
     useReentrantLockWhenPutMessage warmMapedFileEnable checkCRCOnRecover traceTopicEnable
-    enableControllerMode controllerAddr brokerElectionPriority allAckInSyncStateSet
-    haMaxTimeSlaveNotCatchup enableElectUncleanMaster enablePreferredMaster kvConfigPath configStorePath
-    orderMessageEnable
+    kvConfigPath configStorePath orderMessageEnable controllerType controllerDLegerGroup
+    controllerDLegerPeers controllerDLegerSelfId controllerStorePath isProcessReadEvent
+    mappedFileSize syncControllerMetadataPeriod fetchControllerAddrByDnsLookup
     """.split())
 
 
@@ -172,8 +196,7 @@ class Config:
         if unused:
             log.warning("%s: keys RocketMQ knows but a %s of quorumq does not use: %s",
                         source, kind.value, ", ".join(sorted(unused)))
-        if kind is Kind.BROKER:
-            self._check_broker()
+        self._check()
 
     @classmethod
     def load(cls, kind: Kind, path: Path) -> "Config":
@@ -198,10 +221,16 @@ class Config:
         previous = self._values[name]
         self._values[name] = _parse_value(name, text)
         try:
-            self._check_broker()
+            self._check()
         except QuorumqError:
             self._values[name] = previous
             raise
+
+    def _check(self) -> None:
+        if self.kind is Kind.BROKER:
+            self._check_broker()
+        elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "a controller needs zookeeperAddress")
 
     def _check_broker(self) -> None:
         size = self._values["maxMessageSize"]
@@ -225,11 +254,19 @@ class Config:
     def _check_replication(self) -> None:
         values = self._values
         slave, broker_id = values["brokerRole"] == "SLAVE", values["brokerId"]
-        if slave and broker_id < 1 or not slave and broker_id != 0:
+        if values["enableControllerMode"]:
+            # The controller assigns the id and the role; brokerRole and brokerId are ignored.
+            if not values["controllerAddr"]:
+                raise QuorumqError(Error.CONFIG_INVALID, "enableControllerMode needs controllerAddr")
+            if values["brokerElectionPriority"] < 0:
+                raise QuorumqError(Error.CONFIG_INVALID, "brokerElectionPriority must not be negative")
+        elif slave and broker_id < 1 or not slave and broker_id != 0:
             raise QuorumqError(Error.CONFIG_INVALID, f"brokerId {broker_id} does not fit brokerRole "
                                                      f"{values['brokerRole']}: a master is 0, a slave 1 or more")
         for name in ("totalReplicas", "inSyncReplicas", "minInSyncReplicas", "haMaxGapNotInSync", "slaveTimeout",
-                     "syncBrokerMemberGroupPeriod"):
+                     "syncBrokerMemberGroupPeriod", "haMaxTimeSlaveNotCatchup", "brokerHeartbeatInterval",
+                     "controllerHeartBeatTimeoutMills", "syncBrokerMetadataPeriod", "checkSyncStateSetPeriod",
+                     "preferredMasterHandOverTimeoutMillis"):
             if values[name] < 1:
                 raise QuorumqError(Error.CONFIG_INVALID, f"{name} must be at least 1, got {values[name]}")
         if not 0 < values["haTransferBatchSize"] <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:

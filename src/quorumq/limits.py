@@ -92,6 +92,11 @@ HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT = 20_000  # haHousekeepingInterval: silence 
 SLAVE_TIMEOUT_MS_DEFAULT = 3000  # slaveTimeout: how long a put waits for slave acks
 # Message ids a broker remembers so that a client's retry is not stored twice (in memory only).
 RECENT_MESSAGE_IDS_MAX = 50_000  # the official client retries at once: 20 s of sends at its ~2.5k/s
+# Controller mode.
+ELECTION_PRIORITY_DEFAULT = 2**31 - 1  # brokerElectionPriority (Integer.MAX_VALUE): lower is preferred
+PREFERRED_MASTER_PRIORITY = 0  # brokerElectionPriority of the preferred master (issue #5588)
+CONTROLLER_ADDRESSES_MAX = 9  # controllerAddr entries a broker tries
+BROKERS_PER_SET_MAX = 32  # broker ids one broker set may hold
 HA_RECONNECT_BACKOFF_S_MIN = 0.05  # a slave's first retry after losing its master
 HA_RECONNECT_BACKOFF_S_MAX = 5.0
 

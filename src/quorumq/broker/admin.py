@@ -74,6 +74,18 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
         return self.broker.metadata()
 
     @aborts_on_error
+    def GetBrokerEpochs(self, request):
+        broker = self.broker
+        if broker.epochs is None:
+            raise QuorumqError(Error.BAD_REQUEST, f"{broker.address} does not run in controller mode: it has no epochs")
+        return pb.BrokerEpochs(
+            broker_name=broker.config["brokerName"], broker_id=broker.controller_id, max_offset=broker.store.max_offset,
+            ha_address=broker.ha_address,
+            entries=[pb.EpochEntry(epoch=entry.epoch, start_offset=entry.start_offset,
+                                   end_offset=-1 if entry.end_offset is None else entry.end_offset)
+                     for entry in broker.epochs.entries])
+
+    @aborts_on_error
     def GetConsumerProgress(self, request):
         check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
         return self._progress(request.group, request.topic)

@@ -4,6 +4,12 @@ A master streams its commit log to its slaves (replication/master.py) and, as a 
 each send until the copies RIP-34 asks for hold it (core/quorum.py decides, spec rocketmq-ha.md
 1.2). A slave follows its master (replication/slave.py) and refuses sends.
 
+In controller mode (spec 2.7) the role is not configured: the broker starts fenced (a slave without
+a master) and the controller link (broker/controller_link.py) calls `become_master` or
+`become_slave` for each newer master epoch. Each role change first settles the epoch file: a new
+master appends its epoch at its log's end; a new slave cuts its log back to the point where it and
+its master's agree (`align_with`, with the master's epochs) before it replicates anything.
+
 All state is owned by the event-loop thread; only fdatasync runs in a worker thread (the flusher).
 """
 
@@ -21,13 +27,16 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config
 from quorumq.core.properties import MESSAGE_ID
 from quorumq.core.put_status import PutStatus
-from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, plan_put
+from quorumq.core.epochs import EpochCache, find_consistent_point
+from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, needs_copies, plan_put
 from quorumq.core.recent_sends import RecentSends, StoredCopy
 from quorumq.core.retention import parse_delete_when, retention_action
+from quorumq.core.sync_state import SyncStateSet
 from quorumq.errors import Error, QuorumqError
 from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import (PERM_READ, PERM_WRITE, AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
                            TopicConfig, TopicConfigs)
+from quorumq.store.epoch_file import EpochFile
 from quorumq.store.flush import Flusher
 
 log = logging.getLogger("quorumq.broker")
@@ -78,13 +87,23 @@ class Broker:
         self.writable = True
         self.stats = {"msgPutTotal": 0, "msgGetTotal": 0, "sendRejectedTotal": 0}
         self._round_robin: dict[str, int] = {}
-        self.role = BrokerRole(config["brokerRole"])
+        self.controller_mode = config["enableControllerMode"]
+        # Controller mode starts fenced: a slave without a master until the controller names one.
+        self.role = BrokerRole.SLAVE if self.controller_mode else BrokerRole(config["brokerRole"])
+        self.controller_id = 0  # this broker's id at the controller (controller mode), once registered
+        self.master_epoch = 0  # the newest master epoch this process applied (controller mode)
+        self.master_id = 0  # the controller's id of the current master, when known
+        self.sync_state: SyncStateSet | None = None  # a controller-mode master's SyncStateSet
+        self.handing_over = False  # a master fencing its writes for its preferred broker
+        self.epoch_file = EpochFile(root)
+        self.epochs: EpochCache | None = None  # controller mode: the master epochs of this log
         # The broker member group's size (spec 1.3): totalReplicas until the name server answers.
         self.alive_replicas = config["totalReplicas"]
         self.replication: ReplicationMaster | None = None  # a master's stream to its slaves
         self.slave: ReplicationSlave | None = None  # a slave's stream from its master, once it is known
         self.master_address = ""  # a slave's master (gRPC), from the name server
         self.recent_sends = RecentSends()
+        self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
 
     def open(self) -> None:
         report = self.store.open()
@@ -93,12 +112,30 @@ class Broker:
         self.consumers = ConsumerGroups(self.store, Path(self.config["storePathRootDir"]), self.clock)
         self.flusher = Flusher(self.store, sync_flush=self.config["flushDiskType"] == "SYNC_FLUSH",
                                interval_ms=self.config["flushIntervalCommitLog"])
-        if self.role is not BrokerRole.SLAVE:
-            self.replication = ReplicationMaster(
-                self.store, cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
-                host=self.config["bindAddress"], port=self.config["haListenPort"],
-                transfer_batch_bytes=self.config["haTransferBatchSize"], on_slave_lost=self._replan_waiting,
-                **self._ha_intervals())
+        if self.controller_mode:
+            # A crash between a truncation of the log and of the epoch file leaves epochs past the
+            # log's end: the log is the truth (the store truncates first).
+            self.epochs = self.epoch_file.load()
+            self.epochs.reconcile(self.store.max_offset)
+            self.epoch_file.save(self.epochs)
+        elif self.role is not BrokerRole.SLAVE:
+            self.replication = self._new_replication_master()
+
+    def _new_replication_master(self) -> ReplicationMaster:
+        return ReplicationMaster(
+            self.store, cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
+            host=self.config["bindAddress"], port=self.config["haListenPort"],
+            transfer_batch_bytes=self.config["haTransferBatchSize"], on_slave_lost=self._on_slave_lost,
+            epochs=self.epochs, **self._ha_intervals())
+
+    def _new_replication_slave(self, host: str, port: int) -> ReplicationSlave:
+        return ReplicationSlave(
+            self.store, master_host=host, master_port=port,
+            broker_id=self.controller_id if self.controller_mode else self.config["brokerId"],
+            cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
+            acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", epochs=self.epochs,
+            epoch_file=self.epoch_file if self.controller_mode else None, known_epoch=self.master_epoch,
+            **self._ha_intervals())
 
     def _ha_intervals(self) -> dict[str, float]:
         return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,
@@ -109,10 +146,7 @@ class Broker:
         self.master_address = master_address
         host, _, port = master_ha_address.rpartition(":")
         if self.slave is None:
-            self.slave = ReplicationSlave(
-                self.store, master_host=host, master_port=int(port), broker_id=self.config["brokerId"],
-                cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
-                acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", **self._ha_intervals())
+            self.slave = self._new_replication_slave(host, int(port))
             self.slave.start()
             log.info("following master %s (replication from %s)", master_address, master_ha_address)
         elif self.slave.master_address != (host, int(port)):
@@ -123,6 +157,95 @@ class Broker:
         self.flusher.start()
         if self.replication is not None:
             await self.replication.start()
+
+    # Controller mode: role changes (spec 2.7). Each applies only for a newer master epoch.
+
+    async def become_master(self, epoch: int, sync_state_set: frozenset[int], sync_state_set_epoch: int) -> bool:
+        """The controller elected this broker master of `epoch`; False when the epoch is not newer."""
+        if epoch <= self.master_epoch:
+            return False
+        if self.slave is not None:
+            await self.slave.stop()
+            self.slave = None
+        if self.epochs.last_epoch != epoch:  # a restarted master keeps its own epoch's start
+            self.epochs.truncate_suffix_by_epoch(epoch)
+            appended = self.epochs.append(epoch, self.store.max_offset)
+            assert appended, (epoch, self.epochs.entries)
+            self.epoch_file.save(self.epochs)
+        self.master_epoch, self.master_id, self.master_address = epoch, self.controller_id, self.address
+        self.sync_state = SyncStateSet(frozenset(sync_state_set), sync_state_set_epoch)
+        self.recent_sends = RecentSends()  # ids remembered in an older role may name truncated copies
+        if self.replication is None:
+            self.replication = self._new_replication_master()
+            await self.replication.start()
+        self._complete_sync_state_change()
+        self.role = BrokerRole.SYNC_MASTER
+        self.topics_changed.set()  # register at once as the master
+        log.warning("master of %s at epoch %d from offset %d (SyncStateSet %s)", self.config["brokerName"],
+                    epoch, self.store.max_offset, sorted(sync_state_set))
+        return True
+
+    async def become_slave(self, epoch: int, master_id: int, master_address: str) -> bool:
+        """The controller named another broker master of `epoch`; False when the epoch is older,
+        or when it is the epoch this broker already follows. The caller then aligns the log with
+        the new master's (`align_with`) and follows it."""
+        if epoch < self.master_epoch or epoch == self.master_epoch and self.role is BrokerRole.SLAVE:
+            return False
+        was_master = self.replication is not None
+        if was_master:
+            # Waiting sends end as FLUSH_SLAVE_TIMEOUT: a deposed master acknowledges nothing more.
+            await self.replication.stop()
+            self.replication = None
+        if self.slave is not None:
+            await self.slave.stop()
+            self.slave = None
+        self.role, self.sync_state = BrokerRole.SLAVE, None
+        self.master_epoch, self.master_id = epoch, master_id
+        self.master_address = master_address
+        self.topics_changed.set()
+        log.warning("slave of %s at epoch %d: master %d at %s%s", self.config["brokerName"], epoch, master_id,
+                    master_address, " (was master)" if was_master else "")
+        return True
+
+    def align_with(self, master_epochs: EpochCache, master_max_offset: int) -> int:
+        """Cut this slave's log and epochs back to where they agree with its master's (spec 2.9):
+        the log first, durably, then the epoch file. Returns the offset it now ends at; -1 when
+        the two logs share no epoch (nothing is cut: an operator must look)."""
+        local_max = self.store.max_offset
+        if not self.epochs.entries:
+            point = min(local_max, master_max_offset) if local_max == 0 else -1
+        else:
+            point = find_consistent_point(self.epochs, local_max, master_epochs, master_max_offset)
+        if point < 0:
+            return -1
+        if point < local_max:
+            log.warning("truncating %d bytes this broker alone holds (from %d)", local_max - point, point)
+            self.store.truncate(point)
+            self.recent_sends = RecentSends()
+        self.epochs.truncate_suffix_by_offset(point)
+        self.epoch_file.save(self.epochs)
+        return point
+
+    def adopt_sync_state_set(self, members: frozenset[int], epoch: int) -> None:
+        """A master's SyncStateSet as the controller confirmed it (a newer epoch only)."""
+        if self.sync_state is None or epoch <= self.sync_state.epoch and self.sync_state.pending is None:
+            return
+        self.sync_state = SyncStateSet(frozenset(members), epoch)
+        self._complete_sync_state_change()
+
+    def propose_sync_state_set(self, members: frozenset[int]) -> None:
+        self.sync_state = SyncStateSet(self.sync_state.members, self.sync_state.epoch, pending=frozenset(members))
+        self._complete_sync_state_change()
+
+    def drop_sync_state_proposal(self) -> None:
+        self.sync_state = SyncStateSet(self.sync_state.members, self.sync_state.epoch)
+        self._complete_sync_state_change()
+
+    def _complete_sync_state_change(self) -> None:
+        """Waiting ALL_ACK sends wait for the stricter view of the set (core/sync_state.py decision 4)."""
+        if self.replication is not None:
+            self.replication.release(self.replication.tracker.set_sync_state_set(
+                self.sync_state.quorum_members - {self.controller_id}))
 
     async def close(self) -> None:
         if self.replication is not None:
@@ -307,8 +430,14 @@ class Broker:
 
     def _check_role(self) -> None:
         if self.role is BrokerRole.SLAVE:
+            if self.controller_mode and not self.master_id:
+                raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{self.address} is fenced: the controller has not "
+                                                                f"named a master of {self.config['brokerName']} yet")
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{self.address} is a slave of "
                                                             f"{self.config['brokerName']}; its master takes sends")
+        if self.handing_over:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{self.address} is handing the master role of "
+                                                            f"{self.config['brokerName']} to its preferred broker")
 
     def _admit(self, count: int) -> None:
         self._check_role()
@@ -350,7 +479,7 @@ class Broker:
         config = self.config
         return QuorumSettings(self.role, config["inSyncReplicas"], config["minInSyncReplicas"],
                               config["enableAutoInSyncReplicas"], config["haMaxGapNotInSync"],
-                              config["enableSlaveActingMaster"])
+                              config["enableSlaveActingMaster"], self.controller_mode, config["allAckInSyncStateSet"])
 
     def in_sync_replicas(self) -> int:
         """The master and its slaves within haMaxGapNotInSync of the commit log's end."""
@@ -358,7 +487,14 @@ class Broker:
 
     def _plan_put(self) -> AckPlan:
         return plan_put(self.quorum_settings(), wait_store_msg_ok=True, alive_replicas=self.alive_replicas,
-                        ha_in_sync=self.in_sync_replicas())
+                        ha_in_sync=self.in_sync_replicas(),
+                        sync_state_set_size=self.sync_state.size if self.sync_state is not None else 1)
+
+    def _on_slave_lost(self, slave_id: int) -> None:
+        if self.controller_mode:
+            self.slave_lost.set()  # the controller link drops it from the SyncStateSet at once
+        else:
+            self._replan_waiting()
 
     def _replan_waiting(self) -> None:
         """A slave was lost: with enableSlaveActingMaster, waiting puts are planned again as a new
@@ -380,7 +516,7 @@ class Broker:
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             flush_by = min(now + self.config["syncFlushTimeout"] / 1000, answer_by)
             flush = self.flusher.wait_flushed(end_offset, max(flush_by - now, 0.0))
-        if need_ack > 1:
+        if needs_copies(need_ack):
             replicas = self.replication.wait_acked(
                 end_offset, need_ack, min(now + self.config["slaveTimeout"] / 1000, answer_by))
         flushed, replica_status = True, PutStatus.PUT_OK
@@ -397,15 +533,27 @@ class Broker:
     def registration(self) -> pb.BrokerRegistration:
         return pb.BrokerRegistration(
             cluster=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
-            broker_id=self.config["brokerId"], address=self.address,
-            ha_address=f"{self.config['brokerIP1']}:{self.config['haListenPort']}",
-            role=self.config["brokerRole"],
+            broker_id=self.advertised_id, address=self.address, ha_address=self.ha_address,
+            role=self.role.value if self.controller_mode else self.config["brokerRole"],
             topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
                                    write_queue_nums=config.write_queue_nums, perm=config.perm)
                     for config in self.topics.all()],
             auto_create_topic=self.config["autoCreateTopicEnable"],
             default_queue_nums=self.config["defaultTopicQueueNums"], perm=self.config["brokerPermission"],
-            max_offset=self.store.max_offset, acting_master=self.config["enableSlaveActingMaster"])
+            max_offset=self.store.max_offset, acting_master=self.config["enableSlaveActingMaster"],
+            master_epoch=self.master_epoch)
+
+    @property
+    def ha_address(self) -> str:
+        return f"{self.config['brokerIP1']}:{self.config['haListenPort']}"
+
+    @property
+    def advertised_id(self) -> int:
+        """The id clients and the name server see: 0 for a master, as RocketMQ 5 clients read only
+        from id 0; a controller-mode slave shows its controller id."""
+        if not self.controller_mode:
+            return self.config["brokerId"]
+        return 0 if self.role is not BrokerRole.SLAVE else self.controller_id
 
     def clean_files(self) -> None:
         ratio = self.store.disk_usage_ratio()
@@ -428,11 +576,19 @@ class Broker:
         figures.update(commitLogMinOffset=self.store.min_offset, commitLogMaxOffset=self.store.max_offset,
                        flushedOffset=self.store.flushed_offset, pendingMessages=self.pending_messages,
                        topicCount=len(self.topics.all()), diskUsedRatio=round(self.store.disk_usage_ratio(), 4),
-                       writable=self.writable, brokerRole=self.config["brokerRole"])
+                       writable=self.writable, brokerRole=self.role.value)
         if self.replication is not None:
             figures.update(aliveReplicas=self.alive_replicas, inSyncReplicas=self.in_sync_replicas(),
                            slaves=",".join(str(slave_id) for slave_id in sorted(self.replication.slaves)),
                            waitingForSlaves=self.replication.tracker.waiting)
+        if self.controller_mode:
+            figures.update(brokerId=self.controller_id, masterEpoch=self.master_epoch, masterId=self.master_id,
+                           fenced=self.role is BrokerRole.SLAVE and not self.master_id,
+                           handingOver=self.handing_over)
+            if self.sync_state is not None:
+                figures.update(syncStateSet=",".join(map(str, sorted(self.sync_state.members))),
+                               syncStateSetEpoch=self.sync_state.epoch,
+                               syncStateSetPending=",".join(map(str, sorted(self.sync_state.pending or ()))))
         if self.role is BrokerRole.SLAVE:
             known = self.slave.master_max_offset if self.slave is not None else None
             figures.update(masterAddress=self.master_address, replicating=bool(self.slave and self.slave.connected),

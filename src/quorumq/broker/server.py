@@ -14,11 +14,13 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from quorumq import heap, limits
 from quorumq.broker.admin import BrokerAdminService
 from quorumq.broker.broker import Broker
+from quorumq.broker.controller_link import ControllerLink
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.core.quorum import BrokerRole, alive_replicas_in_group
+from quorumq.endpoint.forwarding import ForwardingMessagingService
 from quorumq.endpoint.messaging import MessagingService
 from quorumq.endpoint.reader import MessageReaderService
 from quorumq.namesrv.registry import RouteRegistry, client_route
@@ -43,6 +45,8 @@ class NameServerLink:
     async def register(self) -> bool:
         """Register with every name server; a slave learns its master from the answers. Returns
         whether every name server answered."""
+        if self.broker.controller_mode and not self.broker.controller_id:
+            return False  # no id from the controller yet: registering now would claim the master's id 0
         registration = self.broker.registration()
         answered = 0
         for stub in self.stubs:
@@ -52,7 +56,8 @@ class NameServerLink:
                 log.warning("registration with a name server failed: %s", exc.details())
                 continue
             answered += 1
-            if self.broker.role is BrokerRole.SLAVE and reply.master_ha_address:
+            # In controller mode the controller names the master; the name server only routes.
+            if self.broker.role is BrokerRole.SLAVE and reply.master_ha_address and not self.broker.controller_mode:
                 self.broker.follow(reply.master_address, reply.master_ha_address)
         return answered == len(self.stubs)
 
@@ -88,7 +93,7 @@ class NameServerLink:
             self.broker.topics_changed.clear()
             registered = await self.register()
             period_s = self.broker.config["registerNameServerPeriod"] / 1000
-            if not registered or self.broker.role is BrokerRole.SLAVE and self.broker.slave is None:
+            if not registered or self.broker.role is BrokerRole.SLAVE and not self.broker.master_address:
                 period_s = min(period_s, REGISTER_RETRY_INTERVAL_S)
             try:
                 await asyncio.wait_for(self.broker.topics_changed.wait(), period_s)
@@ -119,7 +124,7 @@ async def copy_master_metadata(broker: Broker) -> None:
     while True:
         await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
         address = broker.master_address
-        if not address:
+        if not address or broker.role is not BrokerRole.SLAVE:  # a controller-mode broker may be master now
             continue
         if address not in channels:
             channels[address] = grpc.aio.insecure_channel(address)
@@ -152,7 +157,9 @@ async def serve(config: Config) -> None:
         ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
         ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
     ])
-    v5_grpc.add_MessagingServiceServicer_to_server(MessagingService(broker, namesrv.route), server)
+    # In controller mode every replica takes the official client's requests for the master.
+    messaging = (ForwardingMessagingService if broker.controller_mode else MessagingService)(broker, namesrv.route)
+    v5_grpc.add_MessagingServiceServicer_to_server(messaging, server)
     pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.register), server)
     pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
     pb_grpc.add_MessageWriterServicer_to_server(MessageWriterService(broker), server)
@@ -160,12 +167,16 @@ async def serve(config: Config) -> None:
     server.add_insecure_port(address)
     await server.start()
     await broker.start()
-    log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"], config["brokerRole"],
-             address, broker.address)
+    log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"],
+             "controller mode" if broker.controller_mode else config["brokerRole"], address, broker.address)
     loops = [namesrv.keep_registered(),
              _every(lambda: config["flushConsumerOffsetInterval"], broker.consumers.persist),
              _every(lambda: config["cleanResourceInterval"], broker.clean_files)]
-    if broker.role is BrokerRole.SLAVE:
+    link = None
+    if broker.controller_mode:
+        link = ControllerLink(broker)
+        loops += [link.run(), copy_master_metadata(broker)]
+    elif broker.role is BrokerRole.SLAVE:
         loops.append(copy_master_metadata(broker))
     elif config["enableSlaveActingMaster"]:
         loops.append(namesrv.keep_member_count())
@@ -178,6 +189,8 @@ async def serve(config: Config) -> None:
     log.info("broker stopping")
     for task in tasks:
         task.cancel()
+    if link is not None:
+        await link.close()
     await namesrv.unregister()
     await server.stop(grace=1.0)
     await broker.close()

@@ -1,4 +1,5 @@
 """`quorumq admin COMMAND -n ACCESS_POINT`: cluster administration in the spirit of RocketMQ's mqadmin.
+Controller commands (getSyncStateSet, electMaster, ...) take `-a CONTROLLER` instead.
 
 Output is readable text, or JSON with --json. A failed command prints the error with its catalogue
 name and exits 1; sendMessage exits 0 only for SEND_OK.
@@ -12,9 +13,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
+import grpc
+
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
+from quorumq.client.controller import ControllerClient, controller_addresses
 from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.controller_state import Code
 
 CONSUME_BATCH = 32
 TOOLS_GROUP = "TOOLS_CONSUMER"  # mqadmin's group for reading messages
@@ -29,15 +34,18 @@ class Output:
 
 Handler = Callable[[argparse.Namespace, AdminClient], Awaitable[Output]]
 COMMANDS: dict[str, tuple[str, list[tuple[tuple, dict]], Handler]] = {}
+# Commands answered by the controllers (`-a`), their handlers given a ControllerClient.
+CONTROLLER_COMMANDS: dict[str, tuple[str, list[tuple[tuple, dict]], Callable]] = {}
 
 
 def arg(*flags: str, **options: Any) -> tuple[tuple, dict]:
     return flags, options
 
 
-def command(name: str, help_text: str, *arguments: tuple[tuple, dict]) -> Callable[[Handler], Handler]:
+def command(name: str, help_text: str, *arguments: tuple[tuple, dict],
+            controller: bool = False) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
-        COMMANDS[name] = (help_text, list(arguments), handler)
+        (CONTROLLER_COMMANDS if controller else COMMANDS)[name] = (help_text, list(arguments), handler)
         return handler
 
     return register
@@ -159,7 +167,8 @@ async def send_message(args: argparse.Namespace, admin: AdminClient) -> Output:
         result = await producer.send(args.topic, Message(args.body.encode(), args.tag, tuple(args.keys.split())),
                                      args.queue_id, args.broker_name)
     text = (f"{result.status} msgId={result.message_id} broker={result.broker_name} queue={result.queue_id} "
-            f"offset={result.queue_offset}" + (f" ({result.detail})" if result.detail else ""))
+            f"offset={result.queue_offset}" + (f" epoch={result.master_epoch}" if result.master_epoch else "")
+            + (f" ({result.detail})" if result.detail else ""))
     return Output(asdict(result), text, ok=result.ok)
 
 
@@ -205,6 +214,97 @@ async def delete_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
                             + [f"deleted the route of {args.topic} on the name server"]))
 
 
+# Controller mode (mqadmin's controller commands).
+
+BROKER_NAME = arg("-b", "--broker-name", required=True, help="the broker set's brokerName")
+CLUSTER_NAME = arg("-c", "--cluster", default="", help="brokerClusterName")
+
+
+def replica_info(reply: pb.ControllerReply) -> dict:
+    return {"master_id": reply.master_id, "master_address": reply.master_address,
+            "master_epoch": reply.master_epoch, "sync_state_set": list(reply.sync_state_set),
+            "sync_state_set_epoch": reply.sync_state_set_epoch,
+            "brokers": {str(broker_id): address for broker_id, address in sorted(reply.brokers.items())}}
+
+
+def controller_output(reply: pb.ControllerReply, what: str) -> Output:
+    """A controller answer: its replica info, or its refusal with RocketMQ's code."""
+    if reply.code != 0:
+        raise ClientError(Code(reply.code).name, reply.message or what)
+    info = replica_info(reply)
+    rows = [[broker_id, address, "master" if int(broker_id) == reply.master_id else "slave",
+             int(broker_id) in reply.sync_state_set] for broker_id, address in info["brokers"].items()]
+    text = (f"master {reply.master_id} at {reply.master_address or '-'}, master epoch {reply.master_epoch}, "
+            f"SyncStateSet {sorted(reply.sync_state_set)} (epoch {reply.sync_state_set_epoch})\n"
+            + table(["id", "address", "role", "in sync"], rows))
+    return Output(info, text)
+
+
+@command("getSyncStateSet", "show a broker set's master, epochs and SyncStateSet", BROKER_NAME, controller=True)
+async def get_sync_state_set(args: argparse.Namespace, controller: ControllerClient) -> Output:
+    reply = await controller.call("GetReplicaInfo", pb.BrokerSetRequest(broker_name=args.broker_name))
+    return controller_output(reply, f"no broker set {args.broker_name}")
+
+
+@command("electMaster", "elect this broker master of its set (it must be alive and in the SyncStateSet)",
+         BROKER_NAME, CLUSTER_NAME, arg("-i", "--broker-id", required=True, type=int), controller=True)
+async def elect_master(args: argparse.Namespace, controller: ControllerClient) -> Output:
+    reply = await controller.call("ElectMaster", pb.ElectMasterRequest(
+        cluster=args.cluster, broker_name=args.broker_name, broker_id=args.broker_id, designated=True))
+    return controller_output(reply, f"broker {args.broker_id} was not elected")
+
+
+@command("cleanBrokerData", "forget dead brokers of a set (all of them when no id is given)", BROKER_NAME,
+         CLUSTER_NAME, arg("-i", "--broker-ids", default="", help="ids separated by ;"), controller=True)
+async def clean_broker_data(args: argparse.Namespace, controller: ControllerClient) -> Output:
+    ids = [int(part) for part in args.broker_ids.split(";") if part.strip()]
+    reply = await controller.call("CleanBrokerData", pb.CleanBrokerDataRequest(
+        cluster=args.cluster, broker_name=args.broker_name, broker_ids=ids))
+    if reply.code != 0:
+        return controller_output(reply, "refused")
+    return Output({"broker_name": args.broker_name, "broker_ids": ids},
+                  f"cleaned {'brokers ' + args.broker_ids if ids else 'every broker'} of {args.broker_name}")
+
+
+@command("getControllerMetaData", "show the controllers and which one leads", controller=True)
+async def get_controller_metadata(args: argparse.Namespace, controller: ControllerClient) -> Output:
+    meta = await controller.metadata()
+    data = {"leader": meta.leader_address, "controllers": list(meta.controllers), "zookeeper": meta.zookeeper}
+    return Output(data, key_values({"leader": data["leader"], "controllers": ";".join(data["controllers"]),
+                                    "zookeeper": data["zookeeper"]}))
+
+
+@command("getControllerConfig", "show the leading controller's config", controller=True)
+async def get_controller_config(args: argparse.Namespace, controller: ControllerClient) -> Output:
+    await controller.metadata()  # find the leader
+    entries = dict((await controller.stub().GetControllerConfig(pb.Empty(), timeout=3.0)).entries)
+    return Output(entries, key_values(entries))
+
+
+@command("updateControllerConfig", "change a config key live on every controller",
+         arg("-k", "--key", required=True), arg("-v", "--value", required=True), controller=True)
+async def update_controller_config(args: argparse.Namespace, controller: ControllerClient) -> Output:
+    meta = await controller.metadata()
+    for address in meta.controllers:
+        try:
+            await controller.stub(address).UpdateControllerConfig(pb.ConfigUpdate(key=args.key, value=args.value),
+                                                                  timeout=3.0)
+        except grpc.aio.AioRpcError as exc:
+            raise ClientError(exc.details().split(":")[0] or exc.code().name, exc.details()) from None
+    return Output({"key": args.key, "value": args.value, "controllers": list(meta.controllers)},
+                  "\n".join(f"updated {args.key}={args.value} on {a}" for a in meta.controllers))
+
+
+@command("getBrokerEpoch", "show a controller-mode broker's master epochs", arg("-b", "--broker", required=True))
+async def get_broker_epoch(args: argparse.Namespace, admin: AdminClient) -> Output:
+    epochs = await admin.broker_epochs(args.broker)
+    rows = [{"epoch": e.epoch, "start_offset": e.start_offset, "end_offset": e.end_offset} for e in epochs.entries]
+    return Output({"broker_name": epochs.broker_name, "broker_id": epochs.broker_id,
+                   "max_offset": epochs.max_offset, "epochs": rows},
+                  f"{epochs.broker_name} broker {epochs.broker_id}, max offset {epochs.max_offset}\n"
+                  + table(["epoch", "start", "end"], [list(r.values()) for r in rows]))
+
+
 def timestamp_ms(text: str) -> int:
     if text == "now":
         return time.time_ns() // 1_000_000
@@ -227,8 +327,15 @@ async def reset_offset_by_time(args: argparse.Namespace, admin: AdminClient) -> 
 
 async def execute(args: argparse.Namespace) -> int:
     try:
-        async with AdminClient(args.namesrv) as admin:
-            output = await args.handler(args, admin)
+        if hasattr(args, "controller"):
+            client = ControllerClient(controller_addresses(args.controller))
+            try:
+                output = await args.handler(args, client)
+            finally:
+                await client.close()
+        else:
+            async with AdminClient(args.namesrv) as admin:
+                output = await args.handler(args, admin)
     except ClientError as error:
         print(f"quorumq admin {args.admin_command}: {error}", file=sys.stderr)
         return 1
@@ -243,10 +350,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     common.add_argument("-n", "--namesrv", required=True, metavar="ACCESS_POINT",
                         help="the name server's host:port")
     common.add_argument("--json", action="store_true", help="print JSON")
+    controller_common = argparse.ArgumentParser(add_help=False)
+    controller_common.add_argument("-a", "--controller", required=True, metavar="ADDRESSES",
+                                   help="controller host:port entries, separated by ;")
+    controller_common.add_argument("--json", action="store_true", help="print JSON")
     subcommands = parser.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
-    for name, (help_text, arguments, handler) in COMMANDS.items():
-        sub = subcommands.add_parser(name, help=help_text, description=help_text, parents=[common])
-        for flags, options in arguments:
-            sub.add_argument(*flags, **options)
-        sub.set_defaults(handler=handler)
+    for commands_of_kind, parent in ((COMMANDS, common), (CONTROLLER_COMMANDS, controller_common)):
+        for name, (help_text, arguments, handler) in commands_of_kind.items():
+            sub = subcommands.add_parser(name, help=help_text, description=help_text, parents=[parent])
+            for flags, options in arguments:
+                sub.add_argument(*flags, **options)
+            sub.set_defaults(handler=handler)
     parser.set_defaults(run=lambda args: asyncio.run(execute(args)))

@@ -1,4 +1,5 @@
-"""The `quorumq` command: run a name server or a broker, a local cluster (`up`), or admin commands."""
+"""The `quorumq` command: run a name server, a broker or a controller, a local cluster (`up`), or
+admin commands."""
 
 import argparse
 import logging
@@ -24,6 +25,8 @@ def serve(kind: Kind, config_path: Path) -> int:
     # Imported here so that admin commands do not load the servers (and the store) they never run.
     if kind is Kind.NAMESRV:
         from quorumq.namesrv.server import main as server_main
+    elif kind is Kind.CONTROLLER:
+        from quorumq.controller.server import main as server_main
     else:
         from quorumq.broker.server import main as server_main
     return server_main(config)
@@ -33,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quorumq", description=__doc__)
     parser.add_argument("--version", action="version", version=f"quorumq {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for kind in (Kind.NAMESRV, Kind.BROKER):
+    for kind in (Kind.NAMESRV, Kind.BROKER, Kind.CONTROLLER):
         server = commands.add_parser(kind.value, help=f"run a {kind.value} until SIGTERM or SIGINT")
         server.add_argument("-c", "--config", required=True, type=Path, help="Java-properties config file")
         server.set_defaults(run=lambda args, kind=kind: serve(kind, args.config))

@@ -2,11 +2,17 @@
 
 Ports are laid out from a base port P, all within P..P+99:
   name server             P
+  ZooKeeper               P+1 (with --controller)
+  controller c            P+2+c (with --controller)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
 Every process gets a directory DIR/<name> holding its config, log and data, and DIR/cluster.json
 lists them once every broker has registered with the name server. With --replicas N each broker
 name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and totalReplicas
 is N unless --set says otherwise; --set brokerRole applies to the masters.
+
+With --controller, one ZooKeeper node and --controllers controllers run as well, and the brokers
+run in controller mode: the controllers assign their ids and elect each group's master, and
+cluster.json is written once every group has one.
 """
 
 import argparse
@@ -24,6 +30,7 @@ from pathlib import Path
 from quorumq import config
 from quorumq.client import AdminClient, ClientError
 from quorumq.config import Config, Kind
+from quorumq.controller.zookeeper import LocalZooKeeper
 from quorumq.errors import Error, QuorumqError
 
 HOST = "127.0.0.1"
@@ -34,6 +41,9 @@ BROKER_PORT_STRIDE = 10
 BROKERS_MAX = (PORT_SPAN - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
 REPLICA_PORT_STRIDE = 2
 REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
+ZOOKEEPER_PORT_OFFSET = 1
+CONTROLLER_PORT_OFFSET = 2
+CONTROLLERS_MAX = 5
 STOP_GRACE_S = 10.0
 REGISTER_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -72,6 +82,8 @@ class Planned:
 
     @property
     def role(self) -> str:
+        if self.values.get("enableControllerMode") == "true":
+            return "elected"  # the controller decides
         return "slave" if self.values.get("brokerRole") == "SLAVE" else "master"
 
     def describe(self) -> dict:
@@ -79,7 +91,9 @@ class Planned:
                  "address": self.address, "config": str(self.config_path), "log": str(self.log_path),
                  "data_dir": str(self.data_dir)}
         if self.kind is Kind.BROKER:
-            entry.update(broker_name=self.broker_name, broker_id=self.broker_id, role=self.role)
+            entry.update(broker_name=self.broker_name, role=self.role)
+            # In controller mode the controller assigns ids: the entry names the replica's index.
+            entry["replica" if self.role == "elected" else "broker_id"] = self.broker_id
         return entry
 
 
@@ -109,17 +123,28 @@ def kinds_knowing(key: str) -> frozenset[Kind]:
 
 
 def plan(directory: Path, base_port: int, brokers: int, cluster: str,
-         sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]], replicas: int = 1) -> list[Planned]:
-    """The name server and the brokers with their config values; raises QuorumqError on bad input."""
+         sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]], replicas: int = 1,
+         controllers: int = 0) -> list[Planned]:
+    """The name server, the controllers and the brokers with their config values; raises
+    QuorumqError on bad input. With controllers, ZooKeeper listens on base_port + 1."""
     if not 1 <= brokers <= BROKERS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--brokers must lie in 1..{BROKERS_MAX}")
     if not 1 <= replicas <= REPLICAS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--replicas must lie in 1..{REPLICAS_MAX}")
+    if not 0 <= controllers <= CONTROLLERS_MAX:
+        raise QuorumqError(Error.CONFIG_INVALID, f"--controllers must lie in 1..{CONTROLLERS_MAX}")
     if not 1024 <= base_port <= 65535 - PORT_SPAN:
         raise QuorumqError(Error.CONFIG_INVALID, f"--base-port must lie in 1024..{65535 - PORT_SPAN}")
     namesrv_dir = directory / "namesrv"
     namesrv = Planned(Kind.NAMESRV, "namesrv", base_port, {"listenPort": str(base_port)}, namesrv_dir, namesrv_dir)
     planned = [namesrv]
+    for index in range(controllers):
+        port = base_port + CONTROLLER_PORT_OFFSET + index
+        controller_dir = directory / f"controller-{index}"
+        planned.append(Planned(Kind.CONTROLLER, controller_dir.name, port, {
+            "listenPort": str(port), "zookeeperAddress": f"{HOST}:{base_port + ZOOKEEPER_PORT_OFFSET}",
+            "zookeeperRoot": f"/quorumq/{cluster}"}, controller_dir, controller_dir))
+    controller_addresses = ";".join(p.address for p in planned if p.kind is Kind.CONTROLLER)
     for index in range(brokers):
         broker_name = f"broker-{chr(ord('a') + index)}"
         for replica in range(replicas):
@@ -131,14 +156,17 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
                       "storePathRootDir": str(store_dir)}
             if replicas > 1:
                 values["totalReplicas"] = str(replicas)
-            if replica > 0:
+            if controllers:
+                del values["brokerId"]  # the controller assigns ids and roles
+                values.update(enableControllerMode="true", controllerAddr=controller_addresses)
+            elif replica > 0:
                 values["brokerRole"] = "SLAVE"
             planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
                                    broker_name=broker_name, broker_id=replica))
     for key, value in sets:
         kinds = kinds_knowing(key)
         for process in planned:
-            if process.kind in kinds and not (key == "brokerRole" and process.broker_id > 0):
+            if process.kind in kinds and not (key == "brokerRole" and (process.broker_id > 0 or controllers)):
                 process.values[key] = value
     broker_processes = [p for p in planned if p.kind is Kind.BROKER]
     for index, key, value in broker_sets:
@@ -198,9 +226,11 @@ def log_tail(process: Planned) -> str:
 
 async def wait_registered(processes: list[Planned], cluster: str, stopping: asyncio.Event,
                           timeout_s: float) -> str | None:
-    """Wait until the name server lists every broker (or `up` is told to stop); why not, or None."""
+    """Wait until the name server lists every broker and every group's master (or `up` is told to
+    stop); why not, or None."""
     namesrv = processes[0]
-    expected = {(p.broker_name, p.broker_id) for p in processes if p.kind is Kind.BROKER}
+    expected = {(p.broker_name, p.address) for p in processes if p.kind is Kind.BROKER}
+    expected |= {(name, "master") for name, _ in expected}
     deadline = time.monotonic() + timeout_s
     async with AdminClient(namesrv.address, timeout_s=1.0) as admin:
         while not stopping.is_set():
@@ -210,7 +240,8 @@ async def wait_registered(processes: list[Planned], cluster: str, stopping: asyn
                                  f"{log_tail(p)}" for p in dead)
             try:
                 info = await admin.cluster_info()
-                registered = {(b.broker_name, b.broker_id) for b in info.brokers if b.cluster == cluster}
+                registered = {(b.broker_name, b.address) for b in info.brokers if b.cluster == cluster}
+                registered |= {(b.broker_name, "master") for b in info.brokers if b.broker_id == 0}
                 if expected <= registered:
                     return None
             except ClientError:
@@ -221,18 +252,25 @@ async def wait_registered(processes: list[Planned], cluster: str, stopping: asyn
     return None
 
 
-def write_cluster_file(path: Path, cluster: str, processes: list[Planned]) -> None:
+def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
+                       zookeeper: LocalZooKeeper | None = None) -> None:
     document = {"cluster": cluster, "access_point": processes[0].address,
                 "processes": [p.describe() for p in processes]}
+    if zookeeper is not None:
+        document["zookeeper"] = {"kind": "zookeeper", "pid": zookeeper.pid, "address": zookeeper.address,
+                                 "log": str(zookeeper.log_path), "data_dir": str(zookeeper.data_dir)}
+        document["controller_addresses"] = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
     partial = path.with_suffix(".json.tmp")
     partial.write_text(json.dumps(document, indent=2) + "\n")
     partial.replace(path)  # readers never see half a file
 
 
-def summary(cluster: str, directory: Path, processes: list[Planned]) -> str:
+def summary(cluster: str, directory: Path, processes: list[Planned], zookeeper: LocalZooKeeper | None) -> str:
     lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
+    if zookeeper is not None:
+        lines.append(f"  {'zookeeper':<22} {zookeeper.address:<16} pid {zookeeper.pid:<8} log {zookeeper.log_path}")
     for p in processes:
-        label = p.name if p.kind is Kind.NAMESRV else f"{p.name} ({p.role})"
+        label = f"{p.name} ({p.role})" if p.kind is Kind.BROKER else p.name
         lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8} log {p.log_path}")
     lines.append(f"  {directory / 'cluster.json'}\nCtrl-C stops the cluster.")
     return "\n".join(lines)
@@ -240,12 +278,18 @@ def summary(cluster: str, directory: Path, processes: list[Planned]) -> str:
 
 async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int:
     cluster_file = args.dir / "cluster.json"
+    zookeeper = None
+    if any(p.kind is Kind.CONTROLLER for p in processes):
+        zookeeper = LocalZooKeeper(args.dir / "zookeeper", args.base_port + ZOOKEEPER_PORT_OFFSET)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     cluster_file.unlink(missing_ok=True)  # a stale file would announce a cluster that is not up
     try:
+        if zookeeper is not None:
+            zookeeper.start()
+            await asyncio.to_thread(zookeeper.wait_ready)
         for process in processes:
             start(process)
         problem = await wait_registered(processes, args.cluster, stopping, args.timeout)
@@ -254,8 +298,8 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         if problem:
             print(f"quorumq up: {problem}", file=sys.stderr, flush=True)
             return 1
-        write_cluster_file(cluster_file, args.cluster, processes)
-        print(summary(args.cluster, args.dir, processes), flush=True)
+        write_cluster_file(cluster_file, args.cluster, processes, zookeeper)
+        print(summary(args.cluster, args.dir, processes, zookeeper), flush=True)
         reported: set[str] = set()
         while not stopping.is_set():  # a process that dies is reported, never restarted
             for process in exited(processes):
@@ -270,14 +314,18 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         return 0
     finally:
         stop(processes)
+        if zookeeper is not None:
+            zookeeper.stop()
         cluster_file.unlink(missing_ok=True)
 
 
 def run(args: argparse.Namespace) -> int:
     args.dir = args.dir.resolve()
     try:
+        if args.controller and args.controllers < 1:
+            raise QuorumqError(Error.CONFIG_INVALID, f"--controllers must lie in 1..{CONTROLLERS_MAX}")
         processes = plan(args.dir, args.base_port, args.brokers, args.cluster, args.set, args.broker_set,
-                         args.replicas)
+                         args.replicas, args.controllers if args.controller else 0)
     except QuorumqError as error:
         print(f"quorumq up: {error}", file=sys.stderr)
         return 2
@@ -294,6 +342,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--brokers", type=int, default=1, help=f"master brokers, 1..{BROKERS_MAX} (default 1)")
     parser.add_argument("--replicas", type=int, default=1,
                         help=f"replicas per broker name, the master included, 1..{REPLICAS_MAX} (default 1)")
+    parser.add_argument("--controller", action="store_true",
+                        help="controller mode: also run ZooKeeper and controllers, which elect the masters")
+    parser.add_argument("--controllers", type=int, default=1,
+                        help=f"controllers with --controller, 1..{CONTROLLERS_MAX} (default 1)")
     parser.add_argument("--set", action="append", default=[], type=parse_assignment, metavar="KEY=VALUE",
                         help="a config key for every process whose kind knows it (repeatable)")
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,

@@ -70,6 +70,10 @@ class AdminClient:
     async def broker_status(self, address: str) -> dict[str, str]:
         return dict((await self._call(self._broker(address).GetBrokerStatus, pb.Empty())).entries)
 
+    async def broker_epochs(self, address: str) -> pb.BrokerEpochs:
+        """A controller-mode broker's master epochs (its epoch file)."""
+        return await self._call(self._broker(address).GetBrokerEpochs, pb.Empty())
+
     # Across brokers.
 
     async def update_broker_config(self, key: str, value: str, address: str | None = None,

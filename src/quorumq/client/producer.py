@@ -30,6 +30,7 @@ SEND_ATTEMPTS_MAX = 3  # tries of one request against brokers that do not answer
 BACKOFF_MIN_S = 0.01
 BACKOFF_MAX_S = 1.0
 _THROTTLED = Error.TOO_MANY_REQUESTS.name
+_NOT_MASTER = Error.SERVICE_NOT_AVAILABLE.name  # a slave, or a fenced broker: the master moved or is elected
 
 
 @dataclass
@@ -62,6 +63,7 @@ class SendResult:
     queue_offset: int  # where the broker stored it; -1 when the whole request was refused
     broker_name: str
     detail: str = ""
+    master_epoch: int = 0  # controller mode: the epoch of the master that stored it
 
     @property
     def ok(self) -> bool:
@@ -118,7 +120,7 @@ class Producer:
         self._window = asyncio.Semaphore(window)
         self._batch_messages = batch_messages
         self._timeout_s = timeout_s
-        self._retry_s = retry_s  # how long throttled (TOO_MANY_REQUESTS) messages are retried
+        self._retry_s = retry_s  # how long throttled or not-master (failover) messages are retried
         self._next_queue = itertools.count()
         self._host = local_host().encode()[:limits.HOST_LENGTH_MAX]
         self._encoder = RecordEncoder()  # shared: encoding never awaits, so no two requests meet in it
@@ -176,7 +178,8 @@ class Producer:
                             accepted: list[tuple[int, bytes, bytes]], ids: list[str],
                             results: list[SendResult | None]) -> RouteQueue:
         """Send the accepted messages as one SendBatch, again while the broker answers
-        TOO_MANY_REQUESTS (within retry_s) or does not answer; returns the queue last used."""
+        TOO_MANY_REQUESTS or SERVICE_NOT_AVAILABLE (a failover: on a fresh route, within retry_s)
+        or does not answer; returns the queue last used."""
         deadline = time.monotonic() + self._retry_s
         backoff_s, attempts = BACKOFF_MIN_S, 0
         request = None
@@ -200,7 +203,9 @@ class Producer:
                 self._routes.forget(topic)  # the broker may have moved or failed over
                 continue
             _record(response, queue, accepted, ids, results)
-            if response.status != _THROTTLED or time.monotonic() + backoff_s > deadline:
+            if response.status == _NOT_MASTER:
+                self._routes.forget(topic)
+            if response.status not in (_THROTTLED, _NOT_MASTER) or time.monotonic() + backoff_s > deadline:
                 return queue
             await asyncio.sleep(backoff_s)
             backoff_s = min(2 * backoff_s, BACKOFF_MAX_S)
@@ -233,7 +238,7 @@ def _record(response: pb.SendBatchResponse, queue: RouteQueue, accepted: list[tu
     queue_id, broker_name = queue.queue_id, queue.broker_name
     for position, (index, _, _) in enumerate(accepted):
         results[index] = SendResult(status, ids[index], queue_id, first + position if stored else -1, broker_name,
-                                    detail)
+                                    detail, response.master_epoch)
 
 
 class RecordEncoder:

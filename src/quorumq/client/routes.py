@@ -24,11 +24,19 @@ REQUEST_TIMEOUT_S = 10.0
 _READABLE = frozenset({v5.Permission.READ, v5.Permission.READ_WRITE})
 _WRITABLE = frozenset({v5.Permission.WRITE, v5.Permission.READ_WRITE})
 
+# A server that comes back (a restart, a failover to it) is reached within a second: gRPC's default
+# reconnect backoff grows to 120 s, and calls fail at once meanwhile.
+FAST_RECONNECT = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 _CHANNEL_OPTIONS = [
     # A pull answer holds up to PULL_BYTES_MAX; one message may be as large as the config ceiling.
     ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
     ("grpc.max_send_message_length", -1),
     ("grpc.enable_retries", 0),
+    *FAST_RECONNECT,
 ]
 
 _client_index = itertools.count()

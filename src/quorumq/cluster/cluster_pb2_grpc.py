@@ -404,6 +404,11 @@ class BrokerAdminStub:
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.FromString,
                 _registered_method=True)
+        self.GetBrokerEpochs = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/GetBrokerEpochs',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerEpochs.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -457,6 +462,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBrokerEpochs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -499,6 +510,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.GetMetadata,
                     request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.SerializeToString,
+            ),
+            'GetBrokerEpochs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerEpochs,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerEpochs.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -727,6 +743,33 @@ class BrokerAdmin:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def GetBrokerEpochs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/GetBrokerEpochs',
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.BrokerEpochs.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class MessageReaderStub:
     """Missing associated documentation comment in .proto file."""
@@ -861,6 +904,508 @@ class MessageWriter:
             '/quorumq.cluster.MessageWriter/SendBatch',
             quorumq_dot_cluster_dot_cluster__pb2.SendBatchRequest.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.SendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ControllerStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetNextBrokerId = channel.unary_unary(
+                '/quorumq.cluster.Controller/GetNextBrokerId',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerSetRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.ApplyBrokerId = channel.unary_unary(
+                '/quorumq.cluster.Controller/ApplyBrokerId',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ApplyBrokerIdRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.RegisterBroker = channel.unary_unary(
+                '/quorumq.cluster.Controller/RegisterBroker',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.RegisterBrokerRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.AlterSyncStateSet = channel.unary_unary(
+                '/quorumq.cluster.Controller/AlterSyncStateSet',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.AlterSyncStateSetRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.ElectMaster = channel.unary_unary(
+                '/quorumq.cluster.Controller/ElectMaster',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ElectMasterRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.GetReplicaInfo = channel.unary_unary(
+                '/quorumq.cluster.Controller/GetReplicaInfo',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerSetRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.CleanBrokerData = channel.unary_unary(
+                '/quorumq.cluster.Controller/CleanBrokerData',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.CleanBrokerDataRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+                _registered_method=True)
+        self.GetMetaData = channel.unary_unary(
+                '/quorumq.cluster.Controller/GetMetaData',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerMetaData.FromString,
+                _registered_method=True)
+        self.GetControllerConfig = channel.unary_unary(
+                '/quorumq.cluster.Controller/GetControllerConfig',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConfigMap.FromString,
+                _registered_method=True)
+        self.UpdateControllerConfig = channel.unary_unary(
+                '/quorumq.cluster.Controller/UpdateControllerConfig',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConfigUpdate.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Heartbeats = channel.stream_stream(
+                '/quorumq.cluster.Controller/Heartbeats',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerHeartbeat.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.RoleNotice.FromString,
+                _registered_method=True)
+
+
+class ControllerServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def GetNextBrokerId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyBrokerId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterBroker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterSyncStateSet(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectMaster(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReplicaInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CleanBrokerData(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMetaData(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetControllerConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateControllerConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeats(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControllerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetNextBrokerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNextBrokerId,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerSetRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'ApplyBrokerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyBrokerId,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ApplyBrokerIdRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'RegisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterBroker,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.RegisterBrokerRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'AlterSyncStateSet': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterSyncStateSet,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.AlterSyncStateSetRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'ElectMaster': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectMaster,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ElectMasterRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'GetReplicaInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReplicaInfo,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerSetRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'CleanBrokerData': grpc.unary_unary_rpc_method_handler(
+                    servicer.CleanBrokerData,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.CleanBrokerDataRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.SerializeToString,
+            ),
+            'GetMetaData': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetaData,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ControllerMetaData.SerializeToString,
+            ),
+            'GetControllerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetControllerConfig,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConfigMap.SerializeToString,
+            ),
+            'UpdateControllerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateControllerConfig,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConfigUpdate.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'Heartbeats': grpc.stream_stream_rpc_method_handler(
+                    servicer.Heartbeats,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerHeartbeat.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.RoleNotice.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'quorumq.cluster.Controller', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('quorumq.cluster.Controller', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Controller:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def GetNextBrokerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/GetNextBrokerId',
+            quorumq_dot_cluster_dot_cluster__pb2.BrokerSetRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyBrokerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/ApplyBrokerId',
+            quorumq_dot_cluster_dot_cluster__pb2.ApplyBrokerIdRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/RegisterBroker',
+            quorumq_dot_cluster_dot_cluster__pb2.RegisterBrokerRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterSyncStateSet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/AlterSyncStateSet',
+            quorumq_dot_cluster_dot_cluster__pb2.AlterSyncStateSetRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectMaster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/ElectMaster',
+            quorumq_dot_cluster_dot_cluster__pb2.ElectMasterRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReplicaInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/GetReplicaInfo',
+            quorumq_dot_cluster_dot_cluster__pb2.BrokerSetRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CleanBrokerData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/CleanBrokerData',
+            quorumq_dot_cluster_dot_cluster__pb2.CleanBrokerDataRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetaData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/GetMetaData',
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ControllerMetaData.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetControllerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/GetControllerConfig',
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ConfigMap.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateControllerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.Controller/UpdateControllerConfig',
+            quorumq_dot_cluster_dot_cluster__pb2.ConfigUpdate.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeats(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/quorumq.cluster.Controller/Heartbeats',
+            quorumq_dot_cluster_dot_cluster__pb2.BrokerHeartbeat.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.RoleNotice.FromString,
             options,
             channel_credentials,
             insecure,

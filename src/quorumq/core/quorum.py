@@ -32,7 +32,11 @@ Decisions on RocketMQ's quirks (spec 1.2, 1.3, 5), KEEP or FIX:
 8. KEEP. Any reporting slave's ack counts toward a waiting put, in sync or not: a slave that
    catches up releases puts (spec scenario 23).
 9. KEEP (from RocketMQ's fix of #1244). Every waiting put has an absolute deadline.
-10. KEEP. Controller mode (allAckInSyncStateSet, need ALL) is not handled here yet.
+10. KEEP. Controller mode (spec 1.2, 2.8): the pre-check refuses when the SyncStateSet is smaller
+    than minInSyncReplicas; with allAckInSyncStateSet a put needs every member of the set
+    (`ALL_ACK`; during a pending change, of the union of the confirmed and the proposed set, the
+    #5663 fix), otherwise inSyncReplicas copies from any slave, as RocketMQ counts them. A set of
+    the master alone needs nothing more. Adaptive degradation does not apply in controller mode.
 11. FIX, with enableSlaveActingMaster (where a new put is planned against the live replicas).
     When a slave is lost, puts already waiting are planned again as a new put would be: with
     adaptive degradation they need the degraded count at once (`AckTracker.lower_need`); a put
@@ -53,6 +57,9 @@ from quorumq.core.put_status import PutStatus
 from quorumq.errors import Error, QuorumqError
 
 
+ALL_ACK = -1  # need_ack of a put that needs every SyncStateSet member (MixAll.ALL_ACK_IN_SYNC_STATE_SET)
+
+
 class BrokerRole(str, Enum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
@@ -69,6 +76,8 @@ class QuorumSettings:
     enable_auto_in_sync_replicas: bool = False  # enableAutoInSyncReplicas
     ha_max_gap_not_in_sync: int = limits.HA_MAX_GAP_NOT_IN_SYNC_DEFAULT  # haMaxGapNotInSync, bytes
     enable_slave_acting_master: bool = False  # enableSlaveActingMaster: gates the pre-check
+    controller_mode: bool = False  # enableControllerMode: the SyncStateSet decides (decision 10)
+    all_ack_in_sync_state_set: bool = False  # allAckInSyncStateSet
 
     def __post_init__(self) -> None:
         if self.in_sync_replicas < 1:
@@ -81,12 +90,17 @@ class QuorumSettings:
 
 @dataclass(frozen=True, slots=True)
 class AckPlan:
-    need_ack: int  # copies that must hold the put, the master included; <= 1: nothing waits
+    need_ack: int  # copies that must hold the put, the master included (<= 1: nothing waits), or ALL_ACK
     rejected: bool  # IN_SYNC_REPLICAS_NOT_ENOUGH: append nothing
 
     @property
     def waits(self) -> bool:
-        return not self.rejected and self.need_ack > 1
+        return not self.rejected and needs_copies(self.need_ack)
+
+
+def needs_copies(need_ack: int) -> bool:
+    """Whether a put needing `need_ack` waits for slaves at all."""
+    return need_ack == ALL_ACK or need_ack > 1
 
 
 def calc_need_ack(in_sync: int, in_sync_replicas: int, min_in_sync_replicas: int, auto: bool) -> int:
@@ -105,15 +119,20 @@ def needs_ha(role: BrokerRole, wait_store_msg_ok: bool) -> bool:
 
 
 def plan_put(settings: QuorumSettings, *, wait_store_msg_ok: bool, alive_replicas: int,
-             ha_in_sync: int) -> AckPlan:
+             ha_in_sync: int, sync_state_set_size: int = 1) -> AckPlan:
     """The decision taken before appending (spec 1.2).
 
     `alive_replicas` is the broker member group's size (see `alive_replicas_in_group`);
-    `ha_in_sync` is `AckTracker.in_sync_count` at the write position before the append.
+    `ha_in_sync` is `AckTracker.in_sync_count` at the write position before the append;
+    `sync_state_set_size` (controller mode) counts the SyncStateSet, the master included.
     """
     if not needs_ha(settings.broker_role, wait_store_msg_ok):
         return AckPlan(1, False)
     need = settings.in_sync_replicas
+    if settings.controller_mode:
+        if sync_state_set_size < settings.min_in_sync_replicas:
+            return AckPlan(need, True)
+        return AckPlan(ALL_ACK if settings.all_ack_in_sync_state_set else need, False)
     if settings.enable_slave_acting_master:
         in_sync = min(alive_replicas, ha_in_sync)
         need = calc_need_ack(in_sync, settings.in_sync_replicas, settings.min_in_sync_replicas,
@@ -194,6 +213,7 @@ class AckTracker:
         self._deadlines: list[tuple[float, int, _Waiter]] = []  # a heap; the int breaks ties
         self._arrivals = itertools.count()
         self._waiting = 0
+        self._members: frozenset[int] = frozenset()  # the SyncStateSet's slaves, for ALL_ACK puts
 
     # Slaves.
 
@@ -260,6 +280,12 @@ class AckTracker:
             return None  # a replaced or detached session: its late reports are ignored
         return progress
 
+    def set_sync_state_set(self, slave_ids: frozenset[int]) -> Released:
+        """The slaves an ALL_ACK put waits for (controller mode: the SyncStateSet without the
+        master); returns the puts a smaller set releases."""
+        self._members = frozenset(slave_ids)
+        return self._release()
+
     # Counting.
 
     def in_sync_count(self, master_offset: int, gap: int) -> int:
@@ -297,9 +323,9 @@ class AckTracker:
         Returns PUT_OK when it needs no waiting; otherwise None, and the put's status comes back
         later, paired with `token`, from `on_slave_ack`, `expire` or `release_all`.
         """
-        if next_offset < 0 or need_ack < 0:
+        if next_offset < 0 or need_ack < ALL_ACK:
             raise ValueError(f"bad waiter: next offset {next_offset}, need {need_ack}")
-        if need_ack <= 1:
+        if not needs_copies(need_ack):
             return PutStatus.PUT_OK
         threshold = self._threshold(need_ack)
         if threshold is not None and threshold >= next_offset:
@@ -378,8 +404,15 @@ class AckTracker:
         return released
 
     def _threshold(self, need_ack: int) -> int | None:
-        """The highest offset that need_ack - 1 slaves have acked (the master holds everything
-        it appended, so only slaves count here)."""
+        """The highest offset that need_ack - 1 slaves have acked, or with ALL_ACK every slave of
+        the SyncStateSet (the master holds everything it appended, so only slaves count here)."""
+        if need_ack == ALL_ACK:
+            if not self._members:
+                return _OFFSET_ANY
+            progress = [self._slaves.get(slave_id) for slave_id in self._members]
+            if any(item is None or item.ack_offset is None for item in progress):
+                return None  # a member not connected, or not yet acking, holds every ALL_ACK put
+            return min(item.ack_offset for item in progress)
         acks = sorted((progress.ack_offset for progress in self._slaves.values()
                        if progress.ack_offset is not None), reverse=True)
         return acks[need_ack - 2] if len(acks) >= need_ack - 1 else None
@@ -403,6 +436,9 @@ class AckTracker:
     def _drop_done_deadlines(self) -> None:
         while self._deadlines and self._deadlines[0][2].done:
             heapq.heappop(self._deadlines)
+
+
+_OFFSET_ANY = (1 << 63) - 1  # a threshold no put's end offset exceeds
 
 
 def _insert_in_order(queue: deque[_Waiter], waiter: _Waiter) -> None:

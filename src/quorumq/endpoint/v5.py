@@ -44,6 +44,18 @@ def endpoints(address: str) -> v5.Endpoints:
     return v5.Endpoints(scheme=scheme, addresses=[v5.Address(host=host, port=int(port))])
 
 
+def group_endpoints(data: pb.BrokerData) -> v5.Endpoints:
+    """Where clients reach a broker group: its master; in controller mode every replica, since each
+    forwards to the current master (endpoint/forwarding.py) and the official client's channel moves
+    to the next address when one dies (gRPC pick_first), so it follows a failover at once."""
+    result = endpoints(data.addresses[MASTER_ID])
+    if data.replicas_forward:
+        for broker_id, address in sorted(data.addresses.items()):
+            if broker_id != MASTER_ID:
+                result.addresses.extend(endpoints(address).addresses)
+    return result
+
+
 def _permission(readable: bool, writable: bool) -> int:
     if readable and writable:
         return v5.Permission.READ_WRITE
@@ -58,13 +70,13 @@ def message_queues(route: pb.TopicRoute, topic: v5.Resource) -> list[v5.MessageQ
     """One v5 queue per queue id of each broker name on its id-0 address, as RocketMQ's proxy
     builds them; the route is the client's view (registry.client_route), where a slave acting for
     a lost master stands under id 0."""
-    serving = {data.broker_name: data.addresses[MASTER_ID] for data in route.brokers if MASTER_ID in data.addresses}
+    serving = {data.broker_name: data for data in route.brokers if MASTER_ID in data.addresses}
     queues = []
     for data in route.queues:
-        address = serving.get(data.broker_name)
-        if address is None:
+        group = serving.get(data.broker_name)
+        if group is None:
             continue
-        broker = v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=endpoints(address))
+        broker = v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=group_endpoints(group))
         for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
             readable = queue_id < data.read_queue_nums and data.perm & PERM_READ
             writable = queue_id < data.write_queue_nums and data.perm & PERM_WRITE

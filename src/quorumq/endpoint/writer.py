@@ -42,4 +42,4 @@ class MessageWriterService(pb_grpc.MessageWriterServicer):
             return pb.SendBatchResponse(status=status.send_status, detail="fewer replicas are in sync than the "
                                                                           "write needs; nothing was stored")
         return pb.SendBatchResponse(status=status.send_status, first_queue_offset=first_queue_offset,
-                                    count=request.count)
+                                    count=request.count, master_epoch=self.broker.master_epoch)

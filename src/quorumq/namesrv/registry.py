@@ -49,6 +49,17 @@ class RouteRegistry:
     def register(self, registration: pb.BrokerRegistration, now_ms: int) -> pb.RegisterReply:
         entry = BrokerEntry(pb.BrokerRegistration(), now_ms)
         entry.registration.CopyFrom(registration)
+        master = self._member(registration.cluster, registration.broker_name, MASTER_ID)
+        if (registration.broker_id == MASTER_ID and master is not None
+                and master.registration.address != registration.address
+                and master.registration.master_epoch > registration.master_epoch):
+            # Controller mode: a deposed master that has not heard of the newer epoch yet stays
+            # out of the routes (RocketMQ #6316: the larger state version wins).
+            return pb.RegisterReply(master_address=master.registration.address,
+                                    master_ha_address=master.registration.ha_address)
+        for key in [key for key, other in self.brokers.items()
+                    if key[:2] == entry.key[:2] and key != entry.key and other.registration.address == registration.address]:
+            del self.brokers[key]  # a controller-mode broker whose role, and so its id, changed
         self.brokers[entry.key] = entry
         master = self._member(registration.cluster, registration.broker_name, MASTER_ID)
         if master is None:
@@ -91,6 +102,7 @@ class RouteRegistry:
                     cluster=reg.cluster, broker_name=reg.broker_name,
                     serving_id=serving[reg.cluster, reg.broker_name].broker_id))
                 data.addresses[reg.broker_id] = reg.address
+                data.replicas_forward |= reg.master_epoch > 0  # only controller-mode brokers have epochs
         return pb.TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name),
                              brokers=[brokers[name] for name in sorted(brokers)])
 

@@ -10,6 +10,10 @@ completes the puts they release. Silence for `housekeeping_interval_s`, a protoc
 the tracker rejects, or a store error ends the connection; the slave reconnects.
 
 A second connection from a slave id already connected replaces the first, which is closed.
+
+In controller mode (`epochs` given) every frame carries the master epoch that wrote its bytes, read
+from the epoch cache for each frame, and a DATA frame never spans two epochs; a HEARTBEAT carries
+the current epoch. Without a controller the epoch is 0.
 """
 
 import asyncio
@@ -18,6 +22,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from quorumq import limits
+from quorumq.core.epochs import EpochCache
 from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import AckRejected, AckTracker
 from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
@@ -41,6 +46,7 @@ class _SlaveConnection:
     writer: asyncio.StreamWriter
     codec: ReplicationConnection
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    master_offset_at_send: int = 0  # the master's log end when it last sent DATA: "caught up" is an ack past it
 
 
 class ReplicationMaster:
@@ -49,8 +55,8 @@ class ReplicationMaster:
                  transfer_batch_bytes: int = limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
-                 epoch: int = 0, epoch_start_offset: int = 0,
-                 on_slave_lost: Callable[[], None] = lambda: None) -> None:
+                 epochs: EpochCache | None = None,
+                 on_slave_lost: Callable[[int], None] = lambda slave_id: None) -> None:
         if not 0 < transfer_batch_bytes <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:
             raise ValueError(f"haTransferBatchSize must lie in 1..{limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX}")
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
@@ -64,8 +70,7 @@ class ReplicationMaster:
         self._batch_bytes = transfer_batch_bytes
         self._heartbeat_s = heartbeat_interval_s
         self._housekeeping_s = housekeeping_interval_s
-        self.epoch = epoch
-        self.epoch_start_offset = epoch_start_offset
+        self._epochs = epochs
         self._on_slave_lost = on_slave_lost  # the put path may re-plan waiting puts (quorum decision 11)
         self._server: asyncio.Server | None = None
         self._connections: dict[int, _SlaveConnection] = {}  # slave id -> its current connection
@@ -107,7 +112,19 @@ class ReplicationMaster:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._complete(self.tracker.release_all())
+        self.release(self.tracker.release_all())
+
+    @property
+    def epoch(self) -> int:
+        """The current master epoch (0 without a controller)."""
+        return self._epochs.last_epoch if self._epochs is not None else 0
+
+    def _position_epoch(self, offset: int) -> tuple[int, int, int | None]:
+        """(epoch, its start, its end or None) of the bytes at `offset`."""
+        entry = self._epochs.entry_for_offset(offset) if self._epochs is not None else None
+        if entry is None:  # no controller, or bytes from before the first epoch
+            return 0, 0, None
+        return entry.epoch, entry.start_offset, entry.end_offset
 
     # What the put path calls.
 
@@ -140,13 +157,24 @@ class ReplicationMaster:
         """A slave was lost: waiting puts need at most `need_ack` copies (None: as they did), and
         those needing more copies than the attached slaves can give end now (quorum decision 11)."""
         if need_ack is not None:
-            self._complete(self.tracker.lower_need(need_ack))
-        self._complete(self.tracker.fail_unreachable())
+            self.release(self.tracker.lower_need(need_ack))
+        self.release(self.tracker.fail_unreachable())
 
     @property
     def slaves(self) -> dict[int, Handshake]:
         """The handshake of every slave connected now, by slave id."""
         return {slave_id: connection.handshake for slave_id, connection in self._connections.items()}
+
+    def caught_up_offsets(self) -> dict[int, int]:
+        """Per connected slave, the offset an ack must reach for the slave to count as caught up
+        (spec 2.8): the master's log end when it last sent it DATA, or its end now when the slave
+        has been sent everything."""
+        offsets = {}
+        for slave_id, connection in self._connections.items():
+            progress = self.tracker.slaves.get(slave_id)
+            idle = progress is not None and progress.sent_offset >= self._store.max_offset
+            offsets[slave_id] = self._store.max_offset if idle else connection.master_offset_at_send
+        return offsets
 
     # Timers.
 
@@ -162,11 +190,12 @@ class ReplicationMaster:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._complete(self.tracker.expire(asyncio.get_running_loop().time()))
+        self.release(self.tracker.expire(asyncio.get_running_loop().time()))
         self._arm_timer()
 
     @staticmethod
-    def _complete(released: list[tuple[Hashable, PutStatus]]) -> None:
+    def release(released: list[tuple[Hashable, PutStatus]]) -> None:
+        """Complete the waiting puts the tracker released."""
         for future, status in released:
             if not future.done():  # its caller may have been cancelled
                 future.set_result(status)
@@ -246,7 +275,7 @@ class ReplicationMaster:
         if self.tracker.detach(slave_id, connection.session):
             log.info("slave %d disconnected", slave_id)
             if not self._stopping:
-                self._on_slave_lost()
+                self._on_slave_lost(slave_id)
 
     async def _run(self, connection: _SlaveConnection, reader: asyncio.StreamReader) -> None:
         """Send and receive until either side ends; the first failure is raised."""
@@ -268,10 +297,13 @@ class ReplicationMaster:
         position = connection.handshake.max_offset
         while True:
             connection.wake.clear()
-            data = self._store.read_raw(position, self._batch_bytes)
+            epoch, epoch_start, epoch_end = self._position_epoch(position)  # re-read per frame (#9689)
+            limit = self._batch_bytes if epoch_end is None else min(self._batch_bytes, epoch_end - position)
+            connection.master_offset_at_send = self._store.max_offset
+            data = self._store.read_raw(position, limit)
             if data:
-                writer.write(codec.encode(Data(self.epoch, self.epoch_start_offset, position,
-                                               self._confirm_offset(), data)))
+                assert epoch_end is None or position + len(data) <= epoch_end, (position, len(data), epoch_end)
+                writer.write(codec.encode(Data(epoch, epoch_start, position, self._confirm_offset(), data)))
                 position += len(data)
                 self.tracker.on_sent(slave_id, session, position)
                 await writer.drain()
@@ -283,7 +315,8 @@ class ReplicationMaster:
                 async with asyncio.timeout(self._heartbeat_s):
                     await connection.wake.wait()
             except TimeoutError:
-                writer.write(codec.encode(Heartbeat(self.epoch, self.epoch_start_offset, self._store.max_offset,
+                epoch, epoch_start, _ = self._position_epoch(self._store.max_offset)
+                writer.write(codec.encode(Heartbeat(epoch, epoch_start, self._store.max_offset,
                                                     self._confirm_offset())))
                 await writer.drain()
 
@@ -296,8 +329,8 @@ class ReplicationMaster:
                 if isinstance(event, ConnectionClosed):
                     return
                 assert isinstance(event, Ack), event  # the transition table admits nothing else
-                self._complete(self.tracker.on_slave_ack(slave_id, session, event.written_offset,
-                                                         event.flushed_offset))
+                self.release(self.tracker.on_slave_ack(slave_id, session, event.written_offset,
+                                                       event.flushed_offset))
 
     def _confirm_offset(self) -> int:
         return self.tracker.confirmed_offset(self._store.max_offset)

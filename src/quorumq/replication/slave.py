@@ -19,6 +19,12 @@ What an ACK means (the master counts the slave's acked offset toward the quorum)
 
 Every ACK carries both offsets; the handshake tells the master which one counts. The slave also
 reports at least every `heartbeat_interval_s`, so an idle master does not close the connection.
+
+In controller mode (`epochs` given) the broker has already cut its log to where it agrees with this
+master (controller_link.py); the handshake names the epoch of the slave's last bytes, a DATA frame
+of a newer epoch is recorded in the epoch file before its bytes are appended, and a HEARTBEAT from
+a master whose current epoch is older than the one the controller announced (`known_epoch`) ends
+the session: a deposed master gets no acks.
 """
 
 import asyncio
@@ -27,9 +33,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from quorumq import limits
+from quorumq.core.epochs import EpochCache
 from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
                                              RemoteProtocolError, ReplicationConnection, Role)
 from quorumq.errors import QuorumqError
+from quorumq.store.epoch_file import EpochFile
 from quorumq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -37,7 +45,8 @@ log = logging.getLogger(__name__)
 
 class ReplicationSlave:
     def __init__(self, store: MessageStore, *, master_host: str, master_port: int, broker_id: int,
-                 cluster_name: str, broker_name: str, acks_flushed: bool = False, epoch: int = 0,
+                 cluster_name: str, broker_name: str, acks_flushed: bool = False,
+                 epochs: EpochCache | None = None, epoch_file: EpochFile | None = None, known_epoch: int = 0,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
                  backoff_min_s: float = limits.HA_RECONNECT_BACKOFF_S_MIN,
@@ -54,7 +63,9 @@ class ReplicationSlave:
         self.cluster_name = cluster_name
         self.broker_name = broker_name
         self.acks_flushed = acks_flushed
-        self.epoch = epoch  # the highest master epoch this slave has seen
+        self._epochs = epochs
+        self._epoch_file = epoch_file
+        self.known_epoch = known_epoch  # the master epoch the controller announced (0 without one)
         self._heartbeat_s = heartbeat_interval_s
         self._housekeeping_s = housekeeping_interval_s
         self._backoff_min_s = backoff_min_s
@@ -123,8 +134,9 @@ class ReplicationSlave:
         flush_wanted = asyncio.Event()
         tasks: list[asyncio.Task] = []
         try:
+            log_epoch = self._epochs.last_epoch if self._epochs is not None else 0
             writer.write(codec.encode(Handshake(self.broker_id, self.cluster_name, self.broker_name,
-                                                self._store.max_offset, self.epoch, self.acks_flushed)))
+                                                self._store.max_offset, log_epoch, self.acks_flushed)))
             self.sessions += 1
             self._send_ack(writer, codec)
             self.connected = True
@@ -164,16 +176,27 @@ class ReplicationSlave:
             assert isinstance(event, (Data, Heartbeat)), event  # the transition table admits nothing else
             self._received = True
             if isinstance(event, Data):
+                self._note_epoch(event.epoch, event.epoch_start_offset)
                 end = self._store.append_raw(event.offset, event.data)
                 assert end == event.end_offset == codec.stream_offset, (end, event.end_offset)
                 appended = True
-            self.epoch = max(self.epoch, event.epoch)
+            elif event.epoch < self.known_epoch:
+                raise RemoteProtocolError(f"the master is at epoch {event.epoch}, the controller elected one "
+                                          f"at epoch {self.known_epoch}: it is deposed")
             if isinstance(event, Heartbeat):
                 self.master_max_offset = event.offset
             else:
                 self.master_max_offset = max(self.master_max_offset or 0, event.end_offset)
             self.master_confirm_offset = event.confirm_offset
         return appended, False
+
+    def _note_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record a newer epoch in the epoch file before any of its bytes are appended."""
+        if self._epochs is None or epoch <= self._epochs.last_epoch:
+            return
+        if not self._epochs.append(epoch, start_offset):
+            raise RemoteProtocolError(f"epoch {epoch} from {start_offset} does not follow {self._epochs.entries[-1]}")
+        self._epoch_file.save(self._epochs)
 
     def _send_ack(self, writer: asyncio.StreamWriter, codec: ReplicationConnection) -> None:
         flushed = self._store.flushed_offset  # read first: it never passes the written offset

@@ -584,6 +584,48 @@ class MessageStore:
                                f"{queue.next_offset}")
         self._staging(batch, queue).stage(log_offset, size, fields.tag_hash)
 
+    def truncate(self, offset: int) -> None:
+        """Cut the log back to `offset`, a record boundary (a slave's consistent point with its
+        new master), with the consume-queue entries past it; durable when it returns.
+
+        The checkpoint is lowered first, then the log is cut: a crash in between leaves a tail
+        that recovery keeps, and the epoch file (cut after this returns) still describes it, so
+        the next handshake cuts it again. It never leaves a checkpoint above the log's end.
+        """
+        self._check_open()
+        if not self.min_offset <= offset <= self._write_offset:
+            raise ValueError(f"cannot truncate to {offset}: the log holds [{self.min_offset}, {self._write_offset}]")
+        self._check_record_start(offset)
+        if offset == self._write_offset:
+            return
+        with self._checkpoint_lock, self._flush_lock:
+            self._write_offset = offset
+            self._dispatched_offset = min(self._dispatched_offset, offset)
+            self._flushed_offset = min(self._flushed_offset, offset)
+            if self._corrupt_offset is not None and self._corrupt_offset >= offset:
+                self._corrupt_offset = None
+            self._last_checkpoint = Checkpoint(self._flushed_offset, self._dispatched_offset)
+            save_checkpoint(self.root / "checkpoint", self._last_checkpoint)
+            self._commit_log.cut_after(offset)
+            fsync_directory(self._commit_log.directory)
+            for queue in self._all_queues():
+                queue.truncate_beyond(offset)
+        self.checkpoint()
+        log.warning("commit log truncated to %d", offset)
+
+    def _check_record_start(self, offset: int) -> None:
+        """`offset` is where a record starts (or the log ends): walk the record sizes from the
+        start of its segment, where a record always starts."""
+        segment_start = self._commit_log.segment_start(offset)
+        position = segment_start
+        while position < offset:
+            size, _ = BLANK_HEADER.unpack(self._commit_log.read(position, BLANK_HEADER.size))
+            if size <= 0:
+                break
+            position += size
+        if position != offset:
+            raise ValueError(f"commit-log offset {offset} is not where a record starts")
+
     # Flushing.
 
     def flush(self) -> int:

@@ -1,0 +1,290 @@
+"""Controller-mode failover benchmark: how long a broker group cannot take sends when its master
+dies, and how long the preferred master's hand-back takes, under a full send load.
+
+One `quorumq up --replicas 3 --controller` cluster (name server, ZooKeeper, one controller, three
+brokers, allAckInSyncStateSet=true, every other key at RocketMQ's default, so the heartbeat timeout
+is 10 s) and one load process in the background:
+
+  - a batch pipeline (quorumq's Producer.send_batch, --batch messages of 1 KiB per request,
+    --inflight requests in flight) that keeps the machine busy, and
+  - a probe: one single send at a time, each with its start, end and status written to a file.
+
+Failover (--runs times): wait until every broker is in the SyncStateSet, SIGKILL the master, and
+take the time from the kill to the end of the first probe send started after the kill that was
+acknowledged SEND_OK (by the new master: the old one is dead). Then restart the old broker (it
+rejoins as a slave) and wait until it is back in the SyncStateSet. Every run must start exactly one
+new master epoch; any other epoch change is a false failover and is counted.
+
+Hand-back (--handbacks times): mark a slave preferred (brokerElectionPriority=0, changed live),
+turn enablePreferredMaster on at the controller, and take the time until the preferred broker is
+master and the first probe send after that is acknowledged; the longest gap between two
+acknowledged probe sends around it is the time writes were fenced.
+
+The bench never asserts: it prints a table and writes bench/results/bench_failover.json.
+
+    .venv/bin/python bench/bench_failover.py                  # 10 failovers, 3 hand-backs
+    .venv/bin/python bench/bench_failover.py --runs 3 --handbacks 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+NAME = "bench_failover"
+BODY_SIZE = 1024
+TARGET_WORST_S = 5.0
+SETTLE_S = 120.0
+TOPIC = "BenchFailover"
+PRIORITY_DEFAULT = 2**31 - 1
+
+
+# ==================================================================================================
+# The load process
+
+
+async def load(access_point: str, probe_path: Path, stop_path: Path, batch: int, inflight: int) -> None:
+    from quorumq.client import ClientError, Message, Producer
+    body = os.urandom(BODY_SIZE)
+    acked = {"batch": 0}
+    async with Producer(access_point, timeout_s=5.0) as producer:
+        async def pipeline() -> None:
+            while not stop_path.exists():
+                try:
+                    results = await producer.send_batch(TOPIC, [Message(body) for _ in range(batch)])
+                    acked["batch"] += sum(result.status == "SEND_OK" for result in results)
+                except ClientError:
+                    await asyncio.sleep(0.05)
+
+        async def probe() -> None:
+            with open(probe_path, "a", buffering=1) as out:
+                while not stop_path.exists():
+                    started = time.monotonic()
+                    try:
+                        status = (await producer.send_batch(TOPIC, [Message(body)]))[0].status
+                    except ClientError as error:
+                        status = error.name
+                    out.write(json.dumps({"t0": started, "t1": time.monotonic(), "status": status,
+                                          "batch_acked": acked["batch"]}) + "\n")
+
+        await asyncio.gather(probe(), *(pipeline() for _ in range(inflight)))
+
+
+# ==================================================================================================
+# The orchestrator
+
+
+class Cluster:
+    def __init__(self, workdir: Path, base_port: int, sets: list[str]) -> None:
+        self.workdir = workdir
+        self.up = common.start([common.PYTHON, "-m", "quorumq.cli.main", "up", "--dir", workdir / "cluster",
+                                "--base-port", base_port, "--replicas", 3, "--controller", "--controllers", 1,
+                                *sets], label="quorumq up", log=workdir / "up.log", cwd=common.ROOT)
+        cluster_file = workdir / "cluster" / "cluster.json"
+        deadline = time.monotonic() + SETTLE_S
+        while not cluster_file.exists():
+            if self.up.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"quorumq up did not come up; see {workdir / 'up.log'}")
+            time.sleep(0.1)
+        self.info = json.loads(cluster_file.read_text())
+        self.brokers = [p for p in self.info["processes"] if p["kind"] == "broker"]
+        self.controllers = self.info["controller_addresses"]
+
+    def stop(self) -> None:
+        common.stop_pid(self.up.pid)
+        for process in self.brokers:
+            if common.pid_alive(process["pid"]):
+                os.kill(process["pid"], signal.SIGKILL)
+
+    def admin(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([common.PYTHON, "-m", "quorumq.cli.main", "admin", *args], capture_output=True,
+                              text=True, cwd=common.ROOT, timeout=30)
+
+    def replica_info(self) -> dict | None:
+        done = self.admin("getSyncStateSet", "-a", self.controllers, "-b", "broker-a", "--json")
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    def status(self, broker: dict) -> dict | None:
+        done = self.admin("brokerStatus", "-n", self.info["access_point"], "-b", broker["address"], "--json")
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    def master(self) -> dict | None:
+        for broker in self.brokers:
+            if common.pid_alive(broker["pid"]):
+                status = self.status(broker)
+                if status and status["brokerRole"] != "SLAVE":
+                    return broker
+        return None
+
+    def wait_in_sync(self) -> dict:
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            info = self.replica_info()
+            if info and len(info["sync_state_set"]) == 3 and self.master() is not None:
+                return info
+            time.sleep(0.2)
+        raise RuntimeError("the group did not get every broker into the SyncStateSet")
+
+    def restart(self, broker: dict) -> None:
+        with open(broker["log"], "ab") as log:
+            child = subprocess.Popen([common.PYTHON, "-m", "quorumq.cli.main", "broker", "-c", broker["config"]],
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=common.ROOT)
+        broker["pid"] = child.pid
+
+
+def probes(path: Path) -> list[dict]:
+    with open(path) as records:
+        return [json.loads(line) for line in records if line.endswith("\n")]
+
+
+def first_ok_after(path: Path, moment: float, timeout: float) -> dict | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for record in probes(path):
+            if record["t0"] >= moment and record["status"] == "SEND_OK":
+                return record
+        time.sleep(0.02)
+    return None
+
+
+def longest_gap(path: Path, start: float, end: float) -> float:
+    """The longest time between two acknowledged probe sends ending within [start, end]."""
+    ends = [record["t1"] for record in probes(path) if record["status"] == "SEND_OK" and start <= record["t1"] <= end]
+    return max((b - a for a, b in zip(ends, ends[1:])), default=float("nan"))
+
+
+def failover_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
+    before = cluster.wait_in_sync()
+    master = cluster.master()
+    killed_at = time.monotonic()
+    os.kill(master["pid"], signal.SIGKILL)
+    record = first_ok_after(probe_path, killed_at, SETTLE_S)
+    result = {"run": number, "epoch_before": before["master_epoch"], "killed": master["name"]}
+    if record is None:
+        result["error"] = "no acknowledged send after the kill"
+        return result
+    result["failover_s"] = round(record["t1"] - killed_at, 3)
+    statuses: dict[str, int] = {}
+    for probe in probes(probe_path):
+        if killed_at <= probe["t1"] <= record["t1"]:
+            statuses[probe["status"]] = statuses.get(probe["status"], 0) + 1
+    result["probe_statuses_meanwhile"] = statuses
+    cluster.restart(master)
+    after = cluster.wait_in_sync()
+    result["epoch_after"] = after["master_epoch"]
+    result["extra_elections"] = after["master_epoch"] - before["master_epoch"] - 1
+    return result
+
+
+def handback_run(cluster: Cluster, probe_path: Path, number: int) -> dict:
+    cluster.wait_in_sync()
+    master = cluster.master()
+    preferred = next(b for b in cluster.brokers if b is not master)
+    cluster.admin("updateBrokerConfig", "-n", cluster.info["access_point"], "-b", preferred["address"],
+                  "-k", "brokerElectionPriority", "-v", "0")
+    asked_at = time.monotonic()
+    cluster.admin("updateControllerConfig", "-a", cluster.controllers, "-k", "enablePreferredMaster", "-v", "true")
+    result = {"run": number, "preferred": preferred["name"]}
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        status = cluster.status(preferred)
+        if status and status["brokerRole"] != "SLAVE":
+            break
+        time.sleep(0.02)
+    else:
+        result["error"] = "the preferred broker never became master"
+    became_at = time.monotonic()
+    record = first_ok_after(probe_path, became_at, SETTLE_S)
+    if record is not None and "error" not in result:
+        result["handback_s"] = round(record["t1"] - asked_at, 3)
+        result["write_gap_s"] = round(longest_gap(probe_path, asked_at - 1, record["t1"]), 3)
+    cluster.admin("updateControllerConfig", "-a", cluster.controllers, "-k", "enablePreferredMaster", "-v", "false")
+    cluster.admin("updateBrokerConfig", "-n", cluster.info["access_point"], "-b", preferred["address"],
+                  "-k", "brokerElectionPriority", "-v", str(PRIORITY_DEFAULT))
+    return result
+
+
+def summary(values: list[float]) -> dict:
+    return {"runs": len(values), "median_s": round(statistics.median(values), 3) if values else None,
+            "worst_s": round(max(values), 3) if values else None}
+
+
+def main() -> None:
+    if len(sys.argv) >= 2 and sys.argv[1] == "_load":
+        asyncio.run(load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])))
+        return
+    parser = argparse.ArgumentParser(description="controller-mode failover benchmark (see the module docstring)")
+    parser.add_argument("--runs", type=int, default=10, help="master SIGKILLs (default 10)")
+    parser.add_argument("--handbacks", type=int, default=3, help="preferred-master hand-backs (default 3)")
+    parser.add_argument("--batch", type=int, default=64, help="messages per load request (default 64)")
+    parser.add_argument("--inflight", type=int, default=4, help="load requests in flight (default 4)")
+    parser.add_argument("--base-port", type=int, default=27000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra --set for up")
+    opts = parser.parse_args()
+    common.install_signal_handlers()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-failover-"))
+    sets = ["--set", "allAckInSyncStateSet=true", "--set", f"mappedFileSizeCommitLog={64 * 1024 * 1024}"]
+    for assignment in opts.set:
+        sets += ["--set", assignment]
+    started = time.time()
+    cluster = Cluster(workdir, opts.base_port, sets)
+    probe_path, stop_path = workdir / "probes.jsonl", workdir / "stop"
+    probe_path.touch()
+    loader = common.start([common.PYTHON, __file__, "_load", cluster.info["access_point"], probe_path, stop_path,
+                           opts.batch, opts.inflight], label="load", log=workdir / "load.log", cwd=common.ROOT)
+    failovers, handbacks = [], []
+    try:
+        first_ok_after(probe_path, 0, SETTLE_S)
+        for number in range(opts.runs):
+            failovers.append(failover_run(cluster, probe_path, number))
+            print(f"failover {number}: {failovers[-1]}", flush=True)
+        for number in range(opts.handbacks):
+            handbacks.append(handback_run(cluster, probe_path, number))
+            print(f"hand-back {number}: {handbacks[-1]}", flush=True)
+    finally:
+        stop_path.touch()
+        loader.wait(timeout=30)
+        records = probes(probe_path)
+        cluster.stop()
+        common.stop_all_started()
+    failover_times = [r["failover_s"] for r in failovers if "failover_s" in r]
+    handback_times = [r["handback_s"] for r in handbacks if "handback_s" in r]
+    gaps = [r["write_gap_s"] for r in handbacks if "write_gap_s" in r]
+    load_rate = records[-1]["batch_acked"] / (records[-1]["t1"] - records[0]["t0"]) if len(records) > 1 else None
+    rows = [
+        {"what": "failover: master SIGKILL -> first SEND_OK on the new master", **summary(failover_times),
+         "target": f"worst <= {TARGET_WORST_S:g} s",
+         "note": f"extra elections (false failovers): {sum(r.get('extra_elections', 0) for r in failovers)}; "
+                 f"failed runs: {sum('error' in r for r in failovers)}"},
+        {"what": "hand-back: enablePreferredMaster -> first SEND_OK on the preferred", **summary(handback_times),
+         "target": "", "note": f"longest gap between acknowledged sends: {max(gaps) if gaps else '-'} s; "
+                               f"failed runs: {sum('error' in r for r in handbacks)}"},
+    ]
+    columns = [("what", "measurement"), ("runs", "runs"), ("median_s", "median s"), ("worst_s", "worst s"),
+               ("target", "target"), ("note", "note")]
+    title = (f"3 replicas, allAckInSyncStateSet=true, RocketMQ's default timeouts; background load "
+             f"{common.fmt_rate(load_rate)} msg/s acknowledged ({opts.batch} x {BODY_SIZE} B per request, "
+             f"{opts.inflight} in flight); {os.cpu_count()} cpus shared")
+    common.print_table(rows, columns, title)
+    path = common.write_results(NAME, {"title": title, "rows": rows, "failovers": failovers, "handbacks": handbacks,
+                                       "load_msg_per_s": load_rate, "seconds": round(time.time() - started, 1)})
+    print(f"\nwrote {path}")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""A controller-mode broker's side of the controller (RocketMQ's ReplicasManager, spec
+rocketmq-ha.md 2.7 and 2.8): its persistent id, registration, heartbeats, role changes, the
+master's SyncStateSet upkeep and the hand-over to a preferred master.
+
+* Identity: `storeRoot/brokerIdentity` holds the id the controller assigned. A registration in
+  progress is kept in `brokerIdentity-temp` with its check code, so a broker that crashed between
+  asking and writing asks again with the same code and gets the same id.
+* One heartbeat stream to the leader (brokerHeartbeatInterval) carries the broker's epoch, offsets
+  and brokerElectionPriority; the leader pushes role notices and hand-over requests back on it.
+  The replica info is also polled every syncBrokerMetadataPeriod, so a lost notice costs a period.
+* A master reports SyncStateSet changes (core/sync_state.py): a slave that caught up joins, one
+  that fell behind for haMaxTimeSlaveNotCatchup or whose connection ended leaves.
+* Hand-over: asked by the leader, a master refuses new sends (a retriable SERVICE_NOT_AVAILABLE),
+  waits up to preferredMasterHandOverTimeoutMillis for the preferred broker to hold every byte, then
+  asks for the designated election of it; otherwise it resumes and the leader asks again later.
+"""
+
+import asyncio
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import grpc
+
+from quorumq.broker.broker import Broker
+from quorumq.client.controller import ControllerClient, controller_addresses
+from quorumq.client.errors import ClientError
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.controller_state import Code
+from quorumq.core.epochs import EpochCache
+from quorumq.core.quorum import BrokerRole
+from quorumq.core.sync_state import expanded, shrunk
+from quorumq.store.atomic_file import write_atomically
+
+log = logging.getLogger("quorumq.broker")
+
+RETRY_INTERVAL_S = 1.0  # between attempts to reach a controller leader
+ALIGN_RETRY_INTERVAL_S = 0.1  # a new master that has not taken its epoch yet is asked again this soon
+HAND_OVER_POLL_S = 0.01  # how often a fenced master looks at its preferred broker's ack
+SYNC_STATE_POLL_S = 0.1  # how often a master looks for slaves that caught up
+
+
+class ControllerLink:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.client = ControllerClient(controller_addresses(self.config["controllerAddr"]))
+        root = Path(self.config["storePathRootDir"])
+        self._identity = root / "brokerIdentity"
+        self._identity_temp = root / "brokerIdentity-temp"
+        self._caught_up_ms: dict[int, float] = {}
+        self._reporting = asyncio.Lock()  # one SyncStateSet change at the controller at a time
+        self._hand_over: asyncio.Task | None = None
+        self._aligning: asyncio.Task | None = None
+        self._report_after_s = 0.0  # after a failed report, the next waits until then (monotonic)
+
+    @property
+    def _names(self) -> dict[str, str]:
+        return {"cluster": self.config["brokerClusterName"], "broker_name": self.config["brokerName"]}
+
+    async def run(self) -> None:
+        """Register, then keep the broker's role in step with the controller."""
+        self.broker.controller_id = await self._retry(self._broker_id)
+        await self._retry(self._register)
+        await asyncio.gather(self._heartbeats(), self._poll(), self._keep_sync_state_set())
+
+    async def _poll(self) -> None:
+        request = pb.BrokerSetRequest(**self._names)
+        while True:
+            await asyncio.sleep(self.config["syncBrokerMetadataPeriod"] / 1000)
+            try:
+                reply = await self.client.call("GetReplicaInfo", request)
+                if reply.code == Code.SUCCESS:
+                    await self.apply(reply)
+            except ClientError as error:
+                log.debug("polling the controller failed: %s", error)
+            except Exception:  # a bug must not end the polling for good
+                log.exception("applying the controller's replica info failed")
+
+    async def close(self) -> None:
+        for task in (self._hand_over, self._aligning):
+            if task is not None:
+                task.cancel()
+        await self.client.close()
+
+    async def _retry(self, action):
+        while True:
+            try:
+                return await action()
+            except ClientError as error:
+                log.warning("controller: %s; retrying", error)
+            await asyncio.sleep(RETRY_INTERVAL_S + random.random())
+
+    # Identity and registration.
+
+    async def _broker_id(self) -> int:
+        if self._identity.exists():
+            return json.loads(self._identity.read_text())["brokerId"]
+        if self._identity_temp.exists():
+            pending = json.loads(self._identity_temp.read_text())
+        else:
+            reply = await self.client.call("GetNextBrokerId", pb.BrokerSetRequest(**self._names))
+            pending = {"brokerId": reply.broker_id, "checkCode": f"{self.broker.address};{time.time_ns() // 1_000_000}"}
+            write_atomically(self._identity_temp, json.dumps(pending).encode())
+        reply = await self.client.call("ApplyBrokerId", pb.ApplyBrokerIdRequest(
+            **self._names, broker_id=pending["brokerId"], check_code=pending["checkCode"], address=self.broker.address))
+        if reply.code != Code.SUCCESS:
+            self._identity_temp.unlink(missing_ok=True)  # the id went to another broker: ask for a new one
+            raise ClientError(Code(reply.code).name, reply.message or f"broker id {pending['brokerId']} refused")
+        write_atomically(self._identity, json.dumps({**self._names, "brokerId": pending["brokerId"]}).encode())
+        self._identity_temp.unlink(missing_ok=True)
+        log.info("controller assigned broker id %d", pending["brokerId"])
+        return pending["brokerId"]
+
+    async def _register(self) -> None:
+        reply = await self.client.call("RegisterBroker", pb.RegisterBrokerRequest(
+            **self._names, broker_id=self.broker.controller_id, address=self.broker.address))
+        if reply.code != Code.SUCCESS:
+            raise ClientError(Code(reply.code).name, reply.message or "registration refused")
+        await self.apply(reply)
+
+    # Role changes.
+
+    async def apply(self, info: pb.ControllerReply) -> None:
+        """Follow the controller's view of the broker set: change role for a newer epoch, take a
+        newer SyncStateSet, or ask for an election when no master is known."""
+        broker = self.broker
+        if info.master_id <= 0:
+            if info.master_epoch >= broker.master_epoch:
+                await self._elect()
+            return
+        if info.master_id == broker.controller_id:
+            if await broker.become_master(info.master_epoch, frozenset(info.sync_state_set),
+                                          info.sync_state_set_epoch):
+                self._caught_up_ms.clear()  # times from an earlier term say nothing about this one
+            elif info.master_epoch == broker.master_epoch:
+                broker.adopt_sync_state_set(frozenset(info.sync_state_set), info.sync_state_set_epoch)
+        else:
+            await broker.become_slave(info.master_epoch, info.master_id, info.master_address)
+            if broker.slave is None and (self._aligning is None or self._aligning.done()):
+                self._aligning = asyncio.create_task(self._align_and_follow(info.master_address, info.master_epoch))
+
+    async def _align_and_follow(self, master_address: str, epoch: int) -> None:
+        """Cut this broker's log to where it agrees with the new master's, then replicate from it;
+        retried until done or until another role change supersedes it."""
+        broker = self.broker
+        channel = grpc.aio.insecure_channel(master_address)
+        try:
+            while broker.role is BrokerRole.SLAVE and broker.master_epoch == epoch and broker.slave is None:
+                try:
+                    epochs = await pb_grpc.BrokerAdminStub(channel).GetBrokerEpochs(pb.Empty(), timeout=3.0)
+                except grpc.aio.AioRpcError as exc:
+                    log.info("master %s has no epochs for us yet: %s", master_address, exc.code().name)
+                    await asyncio.sleep(RETRY_INTERVAL_S)
+                    continue
+                master_epochs = EpochCache([(entry.epoch, entry.start_offset) for entry in epochs.entries])
+                if master_epochs.last_epoch < epoch:  # it has not taken its role yet
+                    await asyncio.sleep(ALIGN_RETRY_INTERVAL_S)
+                    continue
+                point = broker.align_with(master_epochs, epochs.max_offset)
+                if point < 0:
+                    log.error("this log shares no epoch with master %s (%s vs %s); not replicating",
+                              master_address, broker.epochs.entries, master_epochs.entries)
+                    await asyncio.sleep(RETRY_INTERVAL_S * 5)
+                    continue
+                broker.follow(master_address, epochs.ha_address)
+        finally:
+            await channel.close()
+
+    async def _elect(self) -> None:
+        """No master: ask to be elected (the controller picks the best candidate of the set)."""
+        reply = await self.client.call("ElectMaster", pb.ElectMasterRequest(
+            **self._names, broker_id=self.broker.controller_id))
+        if reply.code in (Code.SUCCESS, Code.CONTROLLER_MASTER_STILL_EXIST) and reply.master_id > 0:
+            await self.apply(reply)
+        else:
+            log.info("no master elected yet: %s %s", Code(reply.code).name, reply.message)
+
+    # Heartbeats and notices.
+
+    def heartbeat(self) -> pb.BrokerHeartbeat:
+        broker = self.broker
+        return pb.BrokerHeartbeat(
+            **self._names, broker_id=broker.controller_id, address=broker.address, ha_address=broker.ha_address,
+            epoch=broker.epochs.last_epoch, max_offset=broker.store.max_offset,
+            confirm_offset=self.confirm_offset(), election_priority=self.config["brokerElectionPriority"],
+            timeout_ms=self.config["controllerHeartBeatTimeoutMills"])
+
+    async def _heartbeat_source(self):
+        while True:
+            yield self.heartbeat()
+            await asyncio.sleep(self.config["brokerHeartbeatInterval"] / 1000)
+
+    async def _heartbeats(self) -> None:
+        """Hold one stream to the leader; a controller that does not lead names the leader."""
+        while True:
+            address = self.client.leader
+            try:
+                async for notice in self.client.stub(address).Heartbeats(self._heartbeat_source()):
+                    if notice.leader_address or not notice.ListFields():
+                        if notice.leader_address and notice.leader_address != address:
+                            self.client.leader = notice.leader_address
+                        break
+                    try:
+                        await self._on_notice(notice)
+                    except Exception:  # a bug must not end the stream: the controller would fail us over
+                        log.exception("applying a role notice failed")
+            except grpc.aio.AioRpcError as exc:
+                log.info("heartbeat stream to %s ended: %s", address, exc.code().name)
+            if self.client.leader == address:  # nobody named another leader: try the next controller
+                addresses = self.client.addresses
+                self.client.leader = addresses[(addresses.index(address) + 1) % len(addresses)] \
+                    if address in addresses else addresses[0]
+                await asyncio.sleep(RETRY_INTERVAL_S / 4)
+
+    async def _on_notice(self, notice: pb.RoleNotice) -> None:
+        if notice.HasField("replica_info"):
+            await self.apply(notice.replica_info)
+        if notice.hand_over_to and (self._hand_over is None or self._hand_over.done()):
+            self._hand_over = asyncio.create_task(self.hand_over(notice.hand_over_to))
+
+    # A master's SyncStateSet.
+
+    def confirm_offset(self) -> int:
+        """What every connected SyncStateSet member holds (the master's end when it is alone)."""
+        broker = self.broker
+        if broker.replication is None or broker.sync_state is None:
+            return broker.store.max_offset
+        slaves = broker.replication.tracker.slaves
+        acks = [slaves[member].ack_offset for member in broker.sync_state.members
+                if member in slaves and slaves[member].ack_offset is not None]
+        return min([broker.store.max_offset, *acks])
+
+    async def _keep_sync_state_set(self) -> None:
+        """Expand as slaves catch up (checked often), shrink every checkSyncStateSetPeriod and at
+        once when a slave's connection ends."""
+        last_shrink_s = time.monotonic()
+        while True:
+            try:
+                await asyncio.wait_for(self.broker.slave_lost.wait(), SYNC_STATE_POLL_S)
+            except TimeoutError:
+                pass
+            lost = self.broker.slave_lost.is_set()
+            self.broker.slave_lost.clear()
+            now_s = time.monotonic()
+            shrink = lost or now_s - last_shrink_s >= self.config["checkSyncStateSetPeriod"] / 1000
+            if shrink:
+                last_shrink_s = now_s
+            try:
+                await self._check_sync_state_set(now_s * 1000, shrink)
+            except Exception:  # a bug must not end the upkeep for good
+                log.exception("SyncStateSet upkeep failed")
+
+    def _is_master(self) -> bool:
+        return self.broker.replication is not None and self.broker.sync_state is not None
+
+    async def _check_sync_state_set(self, now_ms: float, shrink: bool) -> None:
+        """One round; the role may change while a report waits for the controller."""
+        if not self._is_master():
+            return
+        self._note_caught_up(now_ms)
+        await self._expand()
+        if shrink and self._is_master():
+            await self._shrink(now_ms)
+
+    def _note_caught_up(self, now_ms: float) -> None:
+        """A slave is caught up when it has acked everything the master held when it last sent."""
+        replication = self.broker.replication
+        for slave_id, caught_up_to in replication.caught_up_offsets().items():
+            progress = replication.tracker.slaves.get(slave_id)
+            if progress is not None and progress.ack_offset is not None and progress.ack_offset >= caught_up_to:
+                self._caught_up_ms[slave_id] = now_ms
+
+    async def _expand(self) -> None:
+        broker = self.broker
+        epoch_start = broker.epochs.entries[-1].start_offset if broker.epochs.entries else 0
+        for slave_id, progress in broker.replication.tracker.slaves.items():
+            if progress.ack_offset is None:
+                continue
+            proposal = expanded(broker.sync_state, slave_id, progress.ack_offset,
+                                slave_id in self._caught_up_ms, self.confirm_offset(), epoch_start)
+            if proposal is not None:
+                await self._report(proposal)
+                return
+
+    async def _shrink(self, now_ms: float) -> None:
+        broker = self.broker
+        connected = set(broker.replication.tracker.slaves)
+        for slave_id in list(self._caught_up_ms):
+            if slave_id not in connected:
+                del self._caught_up_ms[slave_id]
+        proposal = shrunk(broker.sync_state, broker.controller_id, connected, self._caught_up_ms, now_ms,
+                          self.config["haMaxTimeSlaveNotCatchup"])
+        if proposal is not None:
+            await self._report(proposal)
+
+    async def _report(self, proposal: frozenset[int]) -> None:
+        """Ask the controller for a new SyncStateSet; ALL_ACK sends wait for the union meanwhile."""
+        broker = self.broker
+        async with self._reporting:
+            if broker.sync_state is None or broker.role is BrokerRole.SLAVE or time.monotonic() < self._report_after_s:
+                return
+            broker.propose_sync_state_set(proposal)
+            try:
+                reply = await self.client.call("AlterSyncStateSet", pb.AlterSyncStateSetRequest(
+                    **self._names, master_id=broker.controller_id, master_epoch=broker.master_epoch,
+                    sync_state_set=sorted(proposal), sync_state_set_epoch=broker.sync_state.epoch))
+            except ClientError as error:
+                log.warning("reporting SyncStateSet %s failed: %s", sorted(proposal), error)
+                broker.drop_sync_state_proposal()
+                self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
+                return
+            if reply.code == Code.SUCCESS:
+                log.info("SyncStateSet %s (epoch %d)", sorted(reply.sync_state_set), reply.sync_state_set_epoch)
+                broker.adopt_sync_state_set(frozenset(reply.sync_state_set), reply.sync_state_set_epoch)
+            else:
+                log.warning("controller refused SyncStateSet %s: %s %s", sorted(proposal), Code(reply.code).name,
+                            reply.message)
+                broker.drop_sync_state_proposal()
+                self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
+
+    # The hand-over to a preferred master.
+
+    async def hand_over(self, target: int) -> bool:
+        """Fence writes, wait until `target` holds every byte, ask for its election; resume when
+        it does not catch up in time. Returns whether the role moved."""
+        broker = self.broker
+        if broker.replication is None or broker.role is BrokerRole.SLAVE or broker.handing_over:
+            return False
+        broker.handing_over = True
+        try:
+            deadline = time.monotonic() + self.config["preferredMasterHandOverTimeoutMillis"] / 1000
+            while not self._holds_everything(target):
+                if time.monotonic() >= deadline:
+                    log.warning("preferred broker %d did not catch up in time; this master resumes", target)
+                    return False
+                await asyncio.sleep(HAND_OVER_POLL_S)
+            reply = await self.client.call("ElectMaster", pb.ElectMasterRequest(
+                **self._names, broker_id=target, designated=True))
+            if reply.code != Code.SUCCESS:
+                log.warning("hand-over to %d refused: %s %s", target, Code(reply.code).name, reply.message)
+                return False
+            log.warning("handed the master role to preferred broker %d (epoch %d)", target, reply.master_epoch)
+            await self.apply(reply)
+            return True
+        except ClientError as error:
+            log.warning("hand-over to %d failed: %s", target, error)
+            return False
+        finally:
+            broker.handing_over = False
+
+    def _holds_everything(self, target: int) -> bool:
+        broker = self.broker
+        progress = broker.replication.tracker.slaves.get(target) if broker.replication else None
+        return (progress is not None and progress.ack_offset is not None
+                and progress.ack_offset >= broker.store.max_offset)

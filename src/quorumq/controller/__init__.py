@@ -1,0 +1,1 @@
+"""Controller mode: the controllers that elect each broker set's master, with ZooKeeper as their consensus."""

@@ -1,0 +1,437 @@
+"""Controller mode on real processes (spec rocketmq-ha.md 2, 3 and scenarios 21, 25, 32, 39, 43,
+45, 52): `quorumq up --replicas 3 --controller --controllers 2` runs a name server, a real
+ZooKeeper, two controllers and a broker group of three whose master the controllers elect.
+
+Goal: acknowledged sends survive the master's SIGKILL (a new master of a newer epoch takes over,
+the old one rejoins as a slave and truncates what it alone held), the controller leader's death
+and ZooKeeper's pause change nothing for the data path, the admin commands do what mqadmin's do,
+the preferred master gets the role back once it has caught up, and both quorumq's and the
+official client keep sending across a failover without a restart.
+
+Method: faults are real signals to real pids. Every send counted as acknowledged returned
+SEND_OK with allAckInSyncStateSet=true (so every member of the SyncStateSet held it), and is
+looked for, by its body, in a full read of the queue from the master at the end. What a user
+looks at decides each outcome: brokerStatus (brokerRole, masterEpoch, syncStateSet), and the
+admin commands' JSON. The group is restored before each test (every broker running and in the
+SyncStateSet).
+"""
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
+
+from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process
+from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
+
+SEND_OK = "SEND_OK"
+FAILOVER_S = 15.0  # the bound a test waits for an election; the benchmark measures the real time
+SETTLE_S = 60.0
+SETS = {
+    "allAckInSyncStateSet": "true",
+    "brokerHeartbeatInterval": "500",
+    "controllerHeartBeatTimeoutMills": "3000",
+    "syncBrokerMetadataPeriod": "1000",
+    "checkSyncStateSetPeriod": "1000",
+    "haMaxTimeSlaveNotCatchup": "5000",
+    "scanNotActiveBrokerInterval": "500",
+    "scanInactiveMasterInterval": "1000",
+    "zookeeperSessionTimeoutMillis": "2000",
+    "registerNameServerPeriod": "1000",
+    "brokerNotActiveTimeoutMillis": "3000",
+    "haSendHeartbeatInterval": "500",
+    "haHousekeepingInterval": "3000",
+    "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+    "maxMessageSize": str(256 * 1024),
+}
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat: T for a stopped process."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+class Group:
+    """The broker group broker-a of a controller-mode cluster, seen as a user sees it."""
+
+    def __init__(self, cluster: dict) -> None:
+        self.cluster = cluster
+        self.brokers = [p for p in cluster["processes"] if p["kind"] == "broker"]
+        self.controllers = [p for p in cluster["processes"] if p["kind"] == "controller"]
+        self.zookeeper = cluster["zookeeper"]
+        self.controller_addresses = cluster["controller_addresses"]
+        self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=3.0)
+        self.producer = Blocking(Producer, cluster["access_point"])
+
+    def close(self) -> None:
+        self.producer.close()
+        self.admin.close()
+
+    def status(self, broker: dict) -> dict[str, str]:
+        return self.admin.broker_status(broker["address"])
+
+    def says_master(self, broker: dict) -> bool:
+        """Whether the broker runs (not stopped) and its status says master."""
+        if not pid_alive(broker["pid"]) or process_state(broker["pid"]) == "T":
+            return False
+        try:
+            return self.status(broker)["brokerRole"] != "SLAVE"
+        except ClientError:
+            return False
+
+    def master(self, timeout: float = FAILOVER_S) -> dict:
+        """The one running broker that says it is master."""
+        def the_master():
+            masters = [broker for broker in self.brokers if self.says_master(broker)]
+            return masters[0] if len(masters) == 1 else None
+        return check_for(timeout, 0.05, the_master, "exactly one master")
+
+    def slaves(self) -> list[dict]:
+        master = self.master()
+        return [b for b in self.brokers if b is not master]
+
+    def admin_json(self, *args: str) -> dict:
+        result = cli("admin", *args, "-a", self.controller_addresses, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def replica_info(self) -> dict:
+        return self.admin_json("getSyncStateSet", "-b", "broker-a")
+
+    def wait_in_sync(self, timeout: float = SETTLE_S) -> dict:
+        """Every broker running and in the SyncStateSet, the master and controller agreeing."""
+        def all_in_sync():
+            info = self.replica_info()
+            status = self.status(self.master())
+            in_sync = len(info["sync_state_set"]) == len(self.brokers) == len(info["brokers"])
+            return info if in_sync and status["syncStateSet"] == ",".join(map(str, sorted(info["sync_state_set"]))) \
+                else None
+        return check_for(timeout, 0.2, all_in_sync, "every broker in the SyncStateSet")
+
+    def restore(self) -> None:
+        """Every process running (restarted, or continued after SIGSTOP) and answering, a leading
+        controller, every broker in the SyncStateSet."""
+        for process in self.brokers + self.controllers + [self.zookeeper]:
+            if pid_alive(process["pid"]):
+                os.kill(process["pid"], signal.SIGCONT)
+            elif process["kind"] != "zookeeper":
+                start_process(process)
+        for broker in self.brokers:
+            check_for(SETTLE_S, 0.1, lambda: self.status(broker), f"{broker['address']} answers")
+        check_for(SETTLE_S, 0.2, lambda: self.admin_json("getControllerMetaData")["leader"], "a leading controller")
+        self.wait_in_sync()
+
+    def new_topic(self) -> str:
+        topic = f"T{uuid.uuid4().hex[:10]}"
+        for broker in self.brokers:  # slaves copy topics from the master; every replica has it at once
+            self.admin.update_topic(broker["address"], topic, read_queue_nums=1, write_queue_nums=1)
+        return topic
+
+    def send(self, topic: str, body: bytes) -> str:
+        """One send: its status name, or the error's name."""
+        try:
+            return self.producer.send(topic, Message(body), queue_id=0).status
+        except ClientError as error:
+            return error.name
+
+    def bodies(self, topic: str) -> list[bytes]:
+        """Every message of the topic's queue 0, as its master serves it."""
+        with Blocking(PullConsumer, self.cluster["access_point"], "reader") as consumer:
+            found, offset = [], 0
+            while True:
+                result = consumer.pull(topic, 0, offset, 256)
+                if not result.messages:
+                    return found
+                found += [message.body for message in result.messages]
+                offset = result.next_offset
+
+
+@pytest.fixture(scope="module")
+def group_cluster(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("controller"), replicas=3, controllers=2, sets=SETS)
+    try:
+        group = Group(cluster.start(timeout=90))
+        try:
+            yield group
+        finally:
+            group.close()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def group(group_cluster):
+    group_cluster.restore()
+    return group_cluster
+
+
+def test_one_master_is_elected_and_every_replica_joins_the_sync_state_set(group):
+    """Scenarios 32, 25: the first broker to ask is elected at epoch 1 or later, each broker gets a
+    persistent id, the master's SyncStateSet grows as the slaves catch up, and the controller,
+    the master's status and its epoch file agree."""
+    info = group.wait_in_sync()
+    master = group.master()
+    status = group.status(master)
+    assert sorted(map(int, info["brokers"])) == [1, 2, 3]
+    assert int(status["brokerId"]) == info["master_id"] and int(status["masterEpoch"]) == info["master_epoch"] >= 1
+    epochs = json.loads(cli("admin", "getBrokerEpoch", "-n", group.cluster["access_point"], "-b",
+                            master["address"], "--json").stdout)
+    assert epochs["epochs"][-1]["epoch"] == info["master_epoch"] and epochs["epochs"][-1]["end_offset"] == -1
+    for slave in group.slaves():
+        slave_status = group.status(slave)
+        assert slave_status["brokerRole"] == "SLAVE" and slave_status["masterEpoch"] == str(info["master_epoch"])
+    meta = group.admin_json("getControllerMetaData")
+    assert meta["leader"] in group.controller_addresses.split(";") and len(meta["controllers"]) == 2
+
+
+def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
+    """Scenario 43: sends acknowledged by the old master are all on the new master (epoch + 1),
+    which takes sends; the old master restarts as its slave and catches up."""
+    topic = group.new_topic()
+    before = group.replica_info()
+    acknowledged = [body for body in (f"before-{i}".encode() for i in range(50)) if group.send(topic, body) == SEND_OK]
+    assert len(acknowledged) == 50
+    old_master = group.master()
+    stop_process(old_master, signal.SIGKILL)
+    new_master = group.master()
+    assert new_master is not old_master
+    check_for(FAILOVER_S, 0.05, lambda: group.send(topic, b"after-0") == SEND_OK, "a send on the new master")
+    acknowledged.append(b"after-0")
+    assert int(group.status(new_master)["masterEpoch"]) == before["master_epoch"] + 1
+    start_process(old_master)
+    group.wait_in_sync()
+    assert group.status(old_master)["brokerRole"] == "SLAVE"
+    assert set(acknowledged) <= set(group.bodies(topic))
+    check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
+              == group.status(new_master)["commitLogMaxOffset"], "the old master caught up")
+
+
+def test_a_deposed_master_truncates_what_only_it_held(group):
+    """Scenario 21: sends the slaves never got (FLUSH_SLAVE_TIMEOUT: the slaves were stopped, and
+    more was written than the sockets between them can hold) are cut from the old master when it
+    rejoins under the new epoch; both logs end alike and every acknowledged send stays."""
+    topic = group.new_topic()
+    assert group.send(topic, b"replicated") == SEND_OK
+    old_master = group.master()
+    slaves = group.slaves()
+    group.admin.update_broker_config("slaveTimeout", "300", address=old_master["address"])
+    big = [Message(os.urandom(200 * 1024)) for _ in range(70)]  # 14 MB a batch
+    for slave in slaves:
+        os.kill(slave["pid"], signal.SIGSTOP)
+    try:
+        statuses = {result.status for _ in range(3) for result in group.producer.send_batch(topic, big, queue_id=0)}
+        written = int(group.status(old_master)["commitLogMaxOffset"])
+    finally:
+        stop_process(old_master, signal.SIGKILL)
+        for slave in slaves:
+            os.kill(slave["pid"], signal.SIGCONT)
+    assert statuses == {"FLUSH_SLAVE_TIMEOUT"}
+    new_master = group.master()
+    elected_end = int(group.status(new_master)["commitLogMaxOffset"])
+    assert elected_end < written, "the new master holds less than the old one wrote"
+    assert group.send(topic, b"on-the-new-master") == SEND_OK
+    start_process(old_master)
+    group.wait_in_sync()
+    check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
+              == group.status(new_master)["commitLogMaxOffset"], "the old master's log ends as the new master's")
+    assert "truncating" in open(old_master["log"]).read()
+    bodies = group.bodies(topic)
+    assert bodies[0] == b"replicated" and bodies[-1] == b"on-the-new-master"
+
+
+def test_the_controller_leader_dies_and_the_other_serves_the_same_state(group):
+    """Scenario 45: the surviving controller leads with the same master, epochs and SyncStateSet,
+    sends go on, and a failover after that still works."""
+    info = group.replica_info()
+    leader_address = group.admin_json("getControllerMetaData")["leader"]
+    leader = next(c for c in group.controllers if c["address"] == leader_address)
+    topic = group.new_topic()
+    stop_process(leader, signal.SIGKILL)
+    check_for(FAILOVER_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"] not in ("", leader_address),
+              "another controller leads")
+    after = group.replica_info()
+    assert (after["master_id"], after["master_epoch"], after["sync_state_set"]) == \
+        (info["master_id"], info["master_epoch"], info["sync_state_set"])
+    assert group.send(topic, b"with-one-controller") == SEND_OK
+    stop_process(group.master(), signal.SIGKILL)
+    check_for(FAILOVER_S, 0.05, lambda: group.send(topic, b"after-failover") == SEND_OK, "a send after failover")
+    assert group.replica_info()["master_epoch"] == info["master_epoch"] + 1
+
+
+def test_zookeeper_paused_keeps_the_data_path_and_changes_no_role(group):
+    """Scenario 45: without ZooKeeper no controller leads, so no role changes, but the master
+    keeps taking sends and the slaves keep replicating."""
+    topic = group.new_topic()
+    master = group.master()
+    epoch = group.status(master)["masterEpoch"]
+    os.kill(group.zookeeper["pid"], signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 4.0
+        sent = 0
+        while time.monotonic() < deadline:
+            assert group.send(topic, f"zk-down-{sent}".encode()) == SEND_OK
+            sent += 1
+        assert group.status(master)["masterEpoch"] == epoch and group.master() is master
+    finally:
+        os.kill(group.zookeeper["pid"], signal.SIGCONT)
+    check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"], "a leader again")
+    assert group.status(master)["masterEpoch"] == epoch
+
+
+def test_admin_elects_a_designated_broker_and_refuses_what_mqadmin_refuses(group):
+    """Scenarios 39, 48: electMaster of an in-sync slave moves the role (epoch + 1); of the master
+    it answers CONTROLLER_MASTER_STILL_EXIST; cleanBrokerData of live brokers is refused."""
+    info = group.wait_in_sync()
+    target = next(int(broker_id) for broker_id in info["brokers"] if int(broker_id) != info["master_id"])
+    elected = group.admin_json("electMaster", "-b", "broker-a", "-i", str(target))
+    assert elected["master_id"] == target and elected["master_epoch"] == info["master_epoch"] + 1
+    check_for(FAILOVER_S, 0.1, lambda: group.status(group.master())["brokerId"] == str(target), "the new master")
+    again = cli("admin", "electMaster", "-a", group.controller_addresses, "-b", "broker-a", "-i", str(target))
+    assert again.returncode == 1 and "CONTROLLER_MASTER_STILL_EXIST" in again.stderr
+    clean = cli("admin", "cleanBrokerData", "-a", group.controller_addresses, "-b", "broker-a")
+    assert clean.returncode == 1 and "CONTROLLER_INVALID_CLEAN_BROKER_METADATA" in clean.stderr
+
+
+def test_the_preferred_broker_gets_the_role_back_once_caught_up(group):
+    """Scenario 52 and seed 004: a slave marked preferred (brokerElectionPriority=0, set live) takes
+    the role once enablePreferredMaster is on; killed, it loses the role; restarted with the
+    priority in its config, it catches up and gets it back. No send acknowledged meanwhile is lost."""
+    topic = group.new_topic()
+    preferred = group.slaves()[0]
+    preferred_id = group.status(preferred)["brokerId"]
+    config = Path(preferred["config"])
+    original_config = config.read_text()
+    acknowledged = []
+
+    def send_some(count: int) -> None:
+        for _ in range(count):
+            body = uuid.uuid4().bytes
+            if group.send(topic, body) == SEND_OK:
+                acknowledged.append(body)
+
+    group.admin.update_broker_config("brokerElectionPriority", "0", address=preferred["address"])
+    assert cli("admin", "updateControllerConfig", "-a", group.controller_addresses, "-k", "enablePreferredMaster",
+               "-v", "true").returncode == 0
+    try:
+        check_for(SETTLE_S, 0.05, lambda: send_some(5) or group.status(preferred)["brokerRole"] != "SLAVE",
+                  "the preferred broker is master")
+        group.wait_in_sync()  # the other brokers are back in the SyncStateSet: electable when it dies
+        stop_process(preferred, signal.SIGKILL)
+        check_for(FAILOVER_S, 0.05, lambda: send_some(1) or group.master() is not preferred, "another master")
+        send_some(20)
+        config.write_text(original_config + "brokerElectionPriority=0\n")
+        start_process(preferred)
+        check_for(SETTLE_S, 0.05, lambda: send_some(5) or group.status(preferred)["brokerRole"] != "SLAVE",
+                  "the preferred broker is master again")
+        send_some(5)
+        assert int(group.status(preferred)["brokerId"]) == int(preferred_id)
+        assert group.master() is preferred
+        assert acknowledged and set(acknowledged) <= set(group.bodies(topic))
+    finally:
+        config.write_text(original_config)
+        cli("admin", "updateControllerConfig", "-a", group.controller_addresses, "-k", "enablePreferredMaster",
+            "-v", "false")
+        if pid_alive(preferred["pid"]):  # a restart forgets the live change anyway
+            group.admin.update_broker_config("brokerElectionPriority", str(2**31 - 1), address=preferred["address"])
+
+
+def test_the_official_client_follows_a_failover_without_a_restart(group):
+    """The official client, given every replica as its endpoints, sends again within 10 s of the
+    master's SIGKILL: its route lists the whole group and every replica forwards to the master."""
+    topic = group.new_topic()
+    endpoints = ";".join(broker["address"] for broker in group.brokers)
+    producer = V5Producer(ClientConfiguration(endpoints, Credentials(), request_timeout=3), (topic,))
+    producer.startup()
+    try:
+        message = V5Message()
+        message.topic, message.body = topic, b"before"
+        assert producer.send(message).message_id
+        stop_process(group.master(), signal.SIGKILL)
+        killed_at = time.monotonic()
+
+        def sends() -> bool:
+            message.body = b"after"
+            try:
+                return bool(producer.send(message).message_id)
+            except Exception:  # noqa: BLE001 - the client raises its own exception types while the group fails over
+                return False
+
+        check_for(10.0, 0.1, sends, "the official client sends again")
+        assert time.monotonic() - killed_at <= 10.0
+        assert b"after" in group.bodies(topic)
+    finally:
+        producer.shutdown()
+
+
+class SteadySender:
+    """Sends unique bodies one after another from a thread and keeps those acknowledged SEND_OK."""
+
+    def __init__(self, access_point: str, topic: str) -> None:
+        self.topic = topic
+        self.acknowledged: list[bytes] = []
+        self.statuses: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._producer = Blocking(Producer, access_point)
+        self._thread = threading.Thread(target=self._run, name="steady-sender", daemon=True)
+
+    def _run(self) -> None:
+        sequence = 0
+        while not self._stop.is_set():
+            body = f"steady-{sequence}".encode()
+            sequence += 1
+            try:
+                status = self._producer.send(self.topic, Message(body), queue_id=0).status
+            except ClientError as error:
+                status = error.name
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            if status == SEND_OK:
+                self.acknowledged.append(body)
+
+    def __enter__(self) -> "SteadySender":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._producer.close()
+
+
+def test_twenty_master_faults_under_load_lose_no_acknowledged_send(group):
+    """The issue's test: with allAckInSyncStateSet=true and unclean election off, the master is
+    SIGKILLed or SIGSTOPped 20 times in a row under a steady acknowledged send load; every send
+    acknowledged SEND_OK is readable from the final master."""
+    topic = group.new_topic()
+    epochs = []
+    with SteadySender(group.cluster["access_point"], topic) as sender:
+        for round_number in range(20):
+            master = group.master()
+            acknowledged_before = len(sender.acknowledged)
+            check_for(FAILOVER_S, 0.05, lambda: len(sender.acknowledged) > acknowledged_before,
+                      f"sends acknowledged before fault {round_number} (so far {sender.statuses})")
+            paused = round_number % 2 == 1
+            if paused:
+                os.kill(master["pid"], signal.SIGSTOP)
+            else:
+                stop_process(master, signal.SIGKILL)
+            new_master = group.master(timeout=FAILOVER_S + 10)
+            assert new_master is not master
+            if paused:
+                os.kill(master["pid"], signal.SIGCONT)  # it finds the newer epoch and follows
+            else:
+                start_process(master)
+            group.wait_in_sync()
+            epochs.append(int(group.status(new_master)["masterEpoch"]))
+        final_count = len(sender.acknowledged)
+        check_for(FAILOVER_S, 0.05, lambda: len(sender.acknowledged) > final_count, "sends after the last fault")
+    assert epochs == sorted(set(epochs)), f"every fault started a newer epoch: {epochs}"
+    stored = group.bodies(topic)
+    lost = set(sender.acknowledged) - set(stored)
+    assert not lost, f"{len(lost)} of {len(sender.acknowledged)} acknowledged sends lost ({sender.statuses})"
+    assert len(sender.acknowledged) > 100

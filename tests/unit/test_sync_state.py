@@ -1,0 +1,84 @@
+"""The master's SyncStateSet upkeep (core/sync_state.py) and the controller-mode put plan and
+ALL_ACK waits (core/quorum.py decision 10), against spec rocketmq-ha.md 2.8 and scenarios 20,
+22, 23 and 25."""
+
+from quorumq.core.put_status import PutStatus
+from quorumq.core.quorum import ALL_ACK, AckTracker, BrokerRole, QuorumSettings, plan_put
+from quorumq.core.sync_state import SyncStateSet, expanded, shrunk
+
+MASTER = 1
+
+
+def test_a_caught_up_slave_is_proposed_and_the_union_counts_while_pending():
+    """Scenario 25: SSS {1}, slave 2 catches up -> propose {1,2}; until the controller confirms,
+    ALL_ACK waits for the union and the size is the larger set."""
+    current = SyncStateSet(frozenset({MASTER}), epoch=1)
+    proposal = expanded(current, 2, ack_offset=1580, caught_up=True, confirm_offset=1580, epoch_start_offset=0)
+    assert proposal == {1, 2}
+    pending = SyncStateSet(current.members, current.epoch, pending=proposal)
+    assert pending.quorum_members == {1, 2} and pending.size == 2
+    confirmed = SyncStateSet(proposal, epoch=2)
+    assert confirmed.pending is None and confirmed.size == 2
+
+
+def test_a_slave_joins_only_when_caught_up_past_confirm_and_epoch_start():
+    current = SyncStateSet(frozenset({MASTER}), epoch=1)
+    assert expanded(current, 2, 1000, caught_up=False, confirm_offset=0, epoch_start_offset=0) is None
+    assert expanded(current, 2, 1000, caught_up=True, confirm_offset=1001, epoch_start_offset=0) is None
+    assert expanded(current, 2, 1000, caught_up=True, confirm_offset=0, epoch_start_offset=1001) is None
+    assert expanded(SyncStateSet(frozenset({1, 2}), 2), 2, 1000, True, 0, 0) is None  # already a member
+
+
+def test_the_next_proposal_builds_on_the_pending_one():
+    """Decision 3: two changes in a row never report a stale set."""
+    pending = SyncStateSet(frozenset({1, 2, 3}), epoch=4, pending=frozenset({1, 2}))
+    assert shrunk(pending, MASTER, connected={2}, caught_up_ms={2: 0.0}, now_ms=20_000,
+                  max_not_caught_up_ms=15_000) == {1}
+    assert expanded(pending, 3, 10, True, 0, 0) == {1, 2, 3}
+
+
+def test_shrink_drops_the_disconnected_the_lagging_and_the_never_caught_up():
+    """Scenario 26: members not caught up for haMaxTimeSlaveNotCatchup, without a connection, or
+    never caught up leave; the master stays."""
+    current = SyncStateSet(frozenset({1, 2, 3, 4}), epoch=3)
+    proposal = shrunk(current, MASTER, connected={2, 3}, caught_up_ms={2: 10_000.0, 3: 1_000.0},
+                      now_ms=20_000, max_not_caught_up_ms=15_000)
+    assert proposal == {1, 2}
+    assert shrunk(SyncStateSet(frozenset({1, 2}), 3), MASTER, {2}, {2: 19_000.0}, 20_000, 15_000) is None
+
+
+def test_controller_mode_plan_refuses_below_min_and_needs_all_with_all_ack():
+    """Scenario 22: minInSyncReplicas 2 with the set shrunk to the master -> refused; with
+    allAckInSyncStateSet the put needs every member."""
+    settings = QuorumSettings(BrokerRole.SYNC_MASTER, in_sync_replicas=2, min_in_sync_replicas=2,
+                              controller_mode=True, all_ack_in_sync_state_set=True)
+    assert plan_put(settings, wait_store_msg_ok=True, alive_replicas=1, ha_in_sync=1,
+                    sync_state_set_size=1).rejected
+    plan = plan_put(settings, wait_store_msg_ok=True, alive_replicas=1, ha_in_sync=1, sync_state_set_size=2)
+    assert plan.need_ack == ALL_ACK and plan.waits
+    counting = QuorumSettings(BrokerRole.SYNC_MASTER, in_sync_replicas=2, controller_mode=True)
+    assert plan_put(counting, wait_store_msg_ok=True, alive_replicas=1, ha_in_sync=1,
+                    sync_state_set_size=1).need_ack == 2  # scenario 23: any acking slave counts
+
+
+def test_all_ack_waits_for_every_member_and_a_shrink_releases():
+    """Scenario 20: SSS {1,2,3}; the put waits for 2 and 3; member 3 gone and the set shrunk to
+    {1,2} releases it once 2 has acked."""
+    tracker = AckTracker()
+    tracker.set_sync_state_set(frozenset({2, 3}))
+    sessions = {slave: tracker.attach(slave, 0) for slave in (2, 3)}
+    for slave in (2, 3):
+        tracker.on_sent(slave, sessions[slave], 100)
+    assert tracker.add_waiter("put", 100, ALL_ACK, deadline=10.0) is None
+    assert tracker.on_slave_ack(2, sessions[2], 100, 100) == []
+    tracker.detach(3, sessions[3])
+    assert tracker.expire(1.0) == []
+    assert tracker.set_sync_state_set(frozenset({2})) == [("put", PutStatus.PUT_OK)]
+
+
+def test_all_ack_with_the_master_alone_needs_nothing_and_times_out_without_members():
+    tracker = AckTracker()
+    assert tracker.add_waiter("alone", 50, ALL_ACK, deadline=1.0) is PutStatus.PUT_OK
+    tracker.set_sync_state_set(frozenset({2}))
+    assert tracker.add_waiter("waits", 50, ALL_ACK, deadline=1.0) is None
+    assert tracker.expire(1.0) == [("waits", PutStatus.FLUSH_SLAVE_TIMEOUT)]
