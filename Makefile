@@ -5,11 +5,11 @@ PYTHON_BASE ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 # Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline;
-# zookeeper: the controllers' consensus, which pulls in a Java runtime).
-DEBIAN_PACKAGES := nats-server zookeeper
+# zookeeper: the controllers' consensus; openjdk-17-jre-headless: the JVM under ZooKeeper and PySpark).
+DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless
 SETUP_STAMP := $(VENV)/.setup-done
 
-.PHONY: setup run test bench bench-replicas bench-failover clean
+.PHONY: setup run test bench bench-replicas bench-failover bench-replicator clean
 
 setup: $(SETUP_STAMP)
 
@@ -41,6 +41,7 @@ bench: setup
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 	$(MAKE) --no-print-directory bench-replicas
 	$(MAKE) --no-print-directory bench-failover
+	$(MAKE) --no-print-directory bench-replicator
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 bench-replicas: setup
@@ -49,6 +50,10 @@ bench-replicas: setup
 # Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5 minutes).
 bench-failover: setup
 	$(PY) bench/bench_failover.py --runs 10 --stops 3 --handbacks 3
+
+# The Spark replicator against one Python process that pulls and sends (about 5 minutes).
+bench-replicator: setup
+	$(PY) bench/bench_replicator.py
 
 clean:
 	rm -rf run .pytest_cache

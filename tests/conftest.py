@@ -48,3 +48,14 @@ def shared_cluster(tmp_path_factory) -> dict:
         yield cluster.start()
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory) -> list[dict]:
+    """Two one-broker clusters for a module, started with `quorumq up --cluster A` and `--cluster B`."""
+    started = [LocalCluster(tmp_path_factory.mktemp(f"cluster-{name}"), cluster=name) for name in ("A", "B")]
+    try:
+        yield [cluster.start() for cluster in started]
+    finally:
+        for cluster in started:
+            cluster.stop()

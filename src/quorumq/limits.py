@@ -104,3 +104,18 @@ assert REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT <= REPLICATION_TRANSFER_BATCH_BY
 assert REPLICATION_FRAME_DATA_BYTES_MAX < 1 << 32  # the frame's data length is a u32
 assert HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT < HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT
 assert HA_RECONNECT_BACKOFF_S_MIN < HA_RECONNECT_BACKOFF_S_MAX
+
+# Replicator (the Spark source and sink, and its jobs).
+REPLICATOR_PULL_BATCH = 1024  # messages one pull of the source asks for (at most PULL_BATCH_MAX)
+REPLICATOR_END_OFFSETS_CACHE_S = 0.5  # how long the driver reuses the source's end offsets
+REPLICATOR_SEND_ATTEMPTS = 5  # sends of one chunk before its records go to the failure policy
+REPLICATOR_SEND_BACKOFF_S_MAX = 2.0
+REPLICATOR_DEDUPE_SCAN_MAX = 65_536  # destination-queue tail read to find what a replay already wrote
+REPLICATOR_SYNC_SPACING = 100  # an offset sync at least every this many messages of a queue (MM2: offset.lag.max)
+REPLICATOR_SYNCS_PER_QUEUE_MAX = 64  # offset syncs the checkpoint job keeps per source queue
+REPLICATOR_HEARTBEAT_INTERVAL_S = 10.0
+REPLICATOR_CHECKPOINT_INTERVAL_S = 10.0
+REPLICATOR_CONFIG_INTERVAL_S = 60.0
+REPLICATOR_MAX_RECORDS_PER_TRIGGER = 100_000  # default admission per micro-batch, shared by queues
+
+assert REPLICATOR_PULL_BATCH <= PULL_BATCH_MAX

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from quorumq import __version__
-from quorumq.cli import admin, up
+from quorumq.cli import admin, replicator, up
 from quorumq.config import Config, Kind
 from quorumq.errors import QuorumqError
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         server.set_defaults(run=lambda args, kind=kind: serve(kind, args.config))
     up.add_parser(commands)
     admin.add_parser(commands)
+    replicator.add_parser(commands)
     return parser
 
 

@@ -105,6 +105,14 @@ class AdminClient:
         request = pb.ResetOffsetRequest(group=group, topic=topic, timestamp_ms=timestamp_ms)
         return await self._on_masters(cluster, "ResetOffsetByTime", request)
 
+    async def metadata(self, address: str) -> pb.BrokerMetadata:
+        """One broker's topic configs, consumer groups and their positions."""
+        return await self._call(self._broker(address).GetMetadata, pb.Empty())
+
+    async def queue_progress(self, address: str, group: str, topic: str) -> pb.ConsumerProgress:
+        """One broker's queues of a topic: min, max and the group's offsets."""
+        return await self._call(self._broker(address).GetConsumerProgress, pb.GroupRequest(group=group, topic=topic))
+
     async def _on_masters(self, cluster: str | None, method: str, request: Any) -> list[Any]:
         addresses = [b.address for b in await self.brokers(cluster, masters_only=True)]
         return list(await asyncio.gather(

@@ -1,0 +1,198 @@
+"""The replicator's decisions, free of I/O: source offsets as JSON, how much each queue may read in
+one micro-batch, which destination queue a source queue writes to, the loop check, the replay
+de-duplication cut, and the translation of consumer-group offsets through offset syncs.
+
+A queue is named by a `QueueKey` (topic, broker name, queue id); it never travels as a joined string,
+since broker names may contain any character a joiner would use.
+"""
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+from quorumq import limits
+from quorumq.errors import Error, QuorumqError
+
+OFFSETS_VERSION = 1
+
+# Properties every replicated message carries.
+SOURCE_CLUSTER = "ROCKETMQ_REPLICATOR_SOURCE"  # the birth cluster, set once and kept on every later hop
+SOURCE_QUEUE = "REPLICATOR_SRC_QUEUE"  # JSON [cluster, topic, broker, queue id] of the copy's source
+SOURCE_OFFSET = "REPLICATOR_SRC_OFFSET"  # the queue offset it had there
+SOURCE_MESSAGE_ID = "REPLICATOR_SRC_MSG_ID"  # its message id there (the destination assigns a new one)
+SOURCE_STORE_TIMESTAMP = "REPLICATOR_SRC_STORE_TIMESTAMP"  # ms: when the source stored it
+REPLICATOR_PROPERTIES = frozenset({SOURCE_QUEUE, SOURCE_OFFSET, SOURCE_MESSAGE_ID, SOURCE_STORE_TIMESTAMP})
+
+
+class QueueKey(NamedTuple):
+    topic: str
+    broker: str
+    queue_id: int
+
+
+def encode_offsets(offsets: Mapping[QueueKey, int]) -> dict:
+    """Spark's offset for the source: {"v": 1, "topics": {topic: {broker: {queue id: next offset}}}}.
+
+    Queue ids become strings only because JSON object keys are strings."""
+    topics: dict[str, dict[str, dict[str, int]]] = {}
+    for key in sorted(offsets):
+        topics.setdefault(key.topic, {}).setdefault(key.broker, {})[str(key.queue_id)] = offsets[key]
+    return {"v": OFFSETS_VERSION, "topics": topics}
+
+
+def decode_offsets(offset: Mapping) -> dict[QueueKey, int]:
+    if offset.get("v") != OFFSETS_VERSION or not isinstance(offset.get("topics"), dict):
+        raise QuorumqError(Error.CONFIG_INVALID, f"source offset {offset!r} is not a version "
+                                                 f"{OFFSETS_VERSION} quorumq offset")
+    return {QueueKey(topic, broker, int(queue_id)): next_offset
+            for topic, brokers in offset["topics"].items()
+            for broker, queues in brokers.items()
+            for queue_id, next_offset in queues.items()}
+
+
+def admit(start: Mapping[QueueKey, int], available: Mapping[QueueKey, int], max_rows: int | None,
+          max_rows_per_queue: int | None = None) -> dict[QueueKey, int]:
+    """The end offsets of the next micro-batch: every queue of `available` (its end offset now),
+    reading from `start` (a queue not in `start` is new and starts at its first available offset,
+    which the caller puts in `start`). The rows are shared fairly: each round gives every queue with
+    a backlog an equal part of what is left, so a busy queue cannot starve the others."""
+    end = {key: start.get(key, offset) for key, offset in available.items()}
+    backlog = {key: available[key] - end[key] for key in available if available[key] > end[key]}
+    if max_rows_per_queue is not None:
+        backlog = {key: min(rows, max_rows_per_queue) for key, rows in backlog.items()}
+    budget = sum(backlog.values()) if max_rows is None else max_rows
+    while budget > 0 and backlog:
+        share = max(1, budget // len(backlog))
+        for key in sorted(backlog):
+            taken = min(share, backlog[key], budget)
+            end[key] += taken
+            backlog[key] -= taken
+            budget -= taken
+        backlog = {key: rows for key, rows in backlog.items() if rows > 0}
+    return end
+
+
+def destination_queue(source: QueueKey, source_index: int,
+                      destination_queues: Sequence[tuple[str, int]]) -> tuple[str, int]:
+    """Where a source queue's messages go on the destination: the queue of the same broker name and
+    id when it exists there, else the one at the source queue's index in the route (both routes are
+    ordered by broker name and queue id), modulo the destination's queue count."""
+    if not destination_queues:
+        raise QuorumqError(Error.TOPIC_NOT_FOUND, f"topic {source.topic} has no queue on the destination")
+    if (source.broker, source.queue_id) in destination_queues:
+        return source.broker, source.queue_id
+    return destination_queues[source_index % len(destination_queues)]
+
+
+def birth_cluster(properties: Mapping[str, str], source_cluster: str) -> str:
+    """A message's birth cluster: the one an earlier hop stamped, else the cluster it is read from."""
+    return properties.get(SOURCE_CLUSTER) or source_cluster
+
+
+def loops_back(properties: Mapping[str, str], source_cluster: str, destination_cluster: str) -> bool:
+    """Whether copying the message would bring it back to the cluster it was born in."""
+    return birth_cluster(properties, source_cluster) == destination_cluster
+
+
+def first_unwritten(offsets: Sequence[int], last_written: int | None) -> int:
+    """De-duplication of a replayed batch: the index of the first row (source offsets ascending) that
+    the destination queue's tail does not hold yet, given the largest source offset found there."""
+    if last_written is None:
+        return 0
+    for index, offset in enumerate(offsets):
+        if offset > last_written:
+            return index
+    return len(offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSync:
+    """One replicated message's source offset and the offset its copy got on the destination."""
+    source_offset: int
+    destination_offset: int
+
+
+def sync_points(pairs: Sequence[tuple[int, int]], spacing: int = limits.REPLICATOR_SYNC_SPACING) -> list[OffsetSync]:
+    """The offset syncs worth keeping from one batch of one queue, (source, destination) in write
+    order: the first, the last, every `spacing`-th, and each one after a gap in the source offsets
+    (filtered or dismissed messages), where interpolating would be wrong."""
+    points = []
+    for index, (source, destination) in enumerate(pairs):
+        after_gap = index > 0 and source != pairs[index - 1][0] + 1
+        if index == 0 or index == len(pairs) - 1 or index % spacing == 0 or after_gap:
+            points.append(OffsetSync(source, destination))
+    return points
+
+
+class OffsetSyncStore:
+    """The offset syncs of each source queue, bounded: the newest half is kept whole and older
+    ones are thinned by halving each time the store fills, so spacing grows roughly exponentially
+    with age and old group offsets can still be translated (the way MirrorMaker 2 keeps 64)."""
+
+    def __init__(self, per_queue_max: int = limits.REPLICATOR_SYNCS_PER_QUEUE_MAX) -> None:
+        assert per_queue_max >= 4
+        self._per_queue_max = per_queue_max
+        self._syncs: dict[QueueKey, list[OffsetSync]] = {}
+
+    def add(self, queue: QueueKey, syncs: Iterable[OffsetSync]) -> None:
+        kept = self._syncs.setdefault(queue, [])
+        for sync in syncs:
+            # A replay writes the same source offsets again: the newest copy replaces the history after it.
+            while kept and kept[-1].source_offset >= sync.source_offset:
+                kept.pop()
+            kept.append(sync)
+            if len(kept) > self._per_queue_max:
+                newest = self._per_queue_max // 2
+                kept[:] = kept[:-newest][::2] + kept[-newest:]
+
+    def syncs(self, queue: QueueKey) -> list[OffsetSync]:
+        return list(self._syncs.get(queue, ()))
+
+    def translate(self, queue: QueueKey, group_offset: int) -> int | None:
+        """The destination offset a group may resume from without skipping a message it has not
+        consumed at `group_offset` (its next offset on the source), None when no sync lies at or
+        below it. At a sync the copy's own offset; past one, the offset after the copy, never more:
+        the group may see some messages again, never miss one."""
+        best = None
+        for sync in self._syncs.get(queue, ()):
+            if sync.source_offset > group_offset:
+                break
+            best = sync
+        if best is None:
+            return None
+        return best.destination_offset + (0 if best.source_offset == group_offset else 1)
+
+
+def parse_failure_policy(text: str) -> str:
+    """`fail`, `dismiss`, or a `module:function` to hand failed records to."""
+    module, _, function = text.partition(":")
+    if text in ("fail", "dismiss") or (module and function.isidentifier()):
+        return text
+    raise QuorumqError(Error.CONFIG_INVALID, f"failure policy {text!r} is not fail, dismiss or module:function")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicShape:
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+def topic_changes(source: Mapping[str, TopicShape], target: Mapping[str, TopicShape | None]) -> dict[str, TopicShape]:
+    """What the config job sets on each target master (broker name -> its topic now, None when the
+    topic is missing there) for a topic shaped per broker as `source` says: the shape of the source
+    broker of the same name, else the largest source shape; created when missing, expanded when
+    smaller, never shrunk. Permissions follow the source. Brokers left as they are do not appear."""
+    if not source:
+        return {}
+    largest = TopicShape(max(s.read_queue_nums for s in source.values()),
+                         max(s.write_queue_nums for s in source.values()),
+                         next(iter(source.values())).perm)
+    changes = {}
+    for broker, current in target.items():
+        wanted = source.get(broker, largest)
+        if current is not None:
+            wanted = TopicShape(max(wanted.read_queue_nums, current.read_queue_nums),
+                                max(wanted.write_queue_nums, current.write_queue_nums), wanted.perm)
+        if wanted != current:
+            changes[broker] = wanted
+    return changes

@@ -1,0 +1,117 @@
+"""The replicator's Spark driver: one application per direction, running every job as its own
+streaming query and printing progress to stdout until a query fails or SIGTERM/SIGINT stops it.
+
+`quorumq replicator run` calls `run` in its own process, so that process is the driver; on a Spark
+cluster, `spark-submit` this file with the same arguments (docs/replicator.md).
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from quorumq.core.replicator import decode_offsets
+from quorumq.replicator import jobs
+from quorumq.replicator.datasource import register
+from quorumq.replicator.jobs import Settings
+
+PROGRESS_INTERVAL_S = 5.0
+
+
+def spark_session(master: str | None, app_name: str) -> Any:
+    """A session for the replicator. Its Python workers run this interpreter (Spark would take
+    `python3` from PATH, which may lack quorumq and pyarrow)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession  # imported late: the environment above must be set first
+
+    builder = (SparkSession.builder.appName(app_name).config("spark.scheduler.mode", "FAIR")
+               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2"))
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def start_jobs(spark: Any, settings: Settings) -> list[Any]:
+    """Every job's query; the topics are copied once before any data moves, so that the target has
+    every queue the replicate job writes to."""
+    jobs.copy_topics(settings.source, settings.target, settings.topics)
+    queries = [jobs.start_config(spark, settings), jobs.start_replicate(spark, settings),
+               *jobs.start_heartbeat(spark, settings)]
+    if settings.groups:
+        queries.append(jobs.start_checkpoint(spark, settings))
+    return queries
+
+
+def progress_lines(queries: list[Any], settings: Settings) -> list[str]:
+    """One line per query with data (rows/s and lag per queue), then the sink's counters and the
+    heartbeat's latest status."""
+    lines = []
+    for query in queries:
+        progress = query.lastProgress
+        if not progress or not progress["sources"] or progress["sources"][0]["description"].startswith("Rate"):
+            continue
+        source = progress["sources"][0]
+        lag = queue_lag(source.get("endOffset"), source.get("latestOffset"))
+        lines.append(f"{query.name}: batch {progress['batchId']} rows {progress['numInputRows']} "
+                     f"in {source.get('inputRowsPerSecond', 0):.0f}/s processed "
+                     f"{source.get('processedRowsPerSecond', 0):.0f}/s lag {sum(lag.values())} {json.dumps(lag)}")
+    for name, path in (("totals", settings.metrics_path), ("heartbeat", settings.heartbeat_path)):
+        if path.exists():
+            lines.append(f"{name}: {path.read_text()}")
+    return lines
+
+
+def queue_lag(end_offset: Any, latest_offset: Any) -> dict[str, int]:
+    """Messages not yet replicated per queue ("topic/broker/queue" for display only)."""
+    end_offset, latest_offset = _json(end_offset), _json(latest_offset)
+    if not end_offset or not latest_offset:  # before the first batch, or the source reports none
+        return {}
+    end, latest = decode_offsets(end_offset), decode_offsets(latest_offset)
+    return {f"{q.topic}/{q.broker}/{q.queue_id}": latest[q] - end.get(q, latest[q]) for q in sorted(latest)}
+
+
+def _json(value: Any) -> Any:
+    """Progress gives offsets as JSON text (or "null")."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def run(settings: Settings, master: str | None) -> int:
+    """Run until a query fails (exit 1) or a signal stops the application (exit 0)."""
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
+    spark = spark_session(master, "quorumq-replicator")
+    queries = start_jobs(spark, settings)
+    print(f"replicating {','.join(settings.topics)} from {settings.source} to {settings.target}; "
+          f"driver pid {os.getpid()}", flush=True)
+    failed = None
+    while not stop.wait(PROGRESS_INTERVAL_S):
+        failed = next((query for query in queries if not query.isActive), None)
+        if failed is not None:
+            break
+        print(f"[{time.strftime('%H:%M:%S')}] " + "\n  ".join(progress_lines(queries, settings)), flush=True)
+    error = failed.exception() if failed is not None else None
+    try:
+        for query in queries:
+            query.stop()
+        spark.stop()
+    except Exception as stop_error:  # noqa: BLE001 - Ctrl-C also reaches the JVM, which may be gone already
+        print(f"quorumq replicator: stopping: {stop_error.__class__.__name__}", file=sys.stderr, flush=True)
+    if failed is not None:
+        print(f"query {failed.name} stopped: {error}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # spark-submit src/quorumq/replicator/app.py ARGS (the same as `replicator run`)
+    from quorumq.cli.replicator import main_spark_submit
+
+    sys.exit(main_spark_submit(sys.argv[1:]))

@@ -1,0 +1,54 @@
+"""Broker clients for Spark's Python processes, made on first use and kept per process.
+
+Readers and writers are pickled into tasks (a client holds threads and sockets, which do not
+pickle), and Spark reuses its Python workers across tasks and micro-batches, so one client per
+process and access point serves every task that process runs.
+"""
+
+import json
+from typing import Any
+
+from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
+
+# The group the replicator's pulls name; pulls by offset never move its committed offsets.
+PULL_GROUP = "CID_RMQ_SYS_REPLICATOR"
+
+_clients: dict[tuple[str, str], Any] = {}
+
+
+def _cached(kind: str, access_point: str, make: Any) -> Any:
+    client = _clients.get((kind, access_point))
+    if client is None:
+        client = _clients[(kind, access_point)] = make()
+    return client
+
+
+def admin(access_point: str) -> Any:
+    return _cached("admin", access_point, lambda: Blocking(AdminClient, access_point))
+
+
+def consumer(access_point: str) -> Any:
+    return _cached("consumer", access_point, lambda: Blocking(PullConsumer, access_point, PULL_GROUP))
+
+
+def producer(access_point: str) -> Any:
+    return _cached("producer", access_point, lambda: Blocking(Producer, access_point))
+
+
+def cluster_name(access_point: str) -> str:
+    """The brokerClusterName of the cluster behind an access point (its first registered broker)."""
+    def ask() -> str:
+        brokers = admin(access_point).brokers()
+        if not brokers:
+            raise ClientError("BROKER_NOT_FOUND", f"no broker is registered at {access_point}")
+        return brokers[0].cluster
+
+    return _cached("cluster", access_point, ask)
+
+
+def send_json(access_point: str, topic: str, record: dict, key: str) -> None:
+    """One small JSON record to queue 0 of a system topic (offset syncs, heartbeats)."""
+    [result] = producer(access_point).send_batch(topic, [Message(json.dumps(record).encode(), keys=(key,))],
+                                                 queue_id=0)
+    if not result.ok:
+        raise ClientError(result.status, f"{topic}: {result.detail}")

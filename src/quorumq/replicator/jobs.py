@@ -1,0 +1,268 @@
+"""The replicator's jobs, each its own streaming query with its own checkpoint directory:
+
+- replicate (RocketMQSourceConnector): the chosen topics, source -> target, through the quorumq
+  source and sink;
+- heartbeat: a tick that sends a heartbeat to the source's HEARTBEAT_TOPIC, a replicate query of
+  that topic, and the tick reads the target's copy back for latency and connectivity;
+- checkpoint: translates consumer-group offsets from the source to the target through the offset
+  syncs the replicate sink writes with each batch;
+- config: copies topics (queue numbers, permission) to the target, created or expanded, never shrunk.
+
+The small jobs run on the driver from `foreachBatch` of Spark's `rate` source, so they too get a
+trigger, progress and restart handling from Spark.
+"""
+
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from quorumq import limits
+from quorumq.client import Blocking, ClientError, PullConsumer
+from quorumq.core import replicator as plan
+from quorumq.core.replicator import OffsetSync, OffsetSyncStore, QueueKey, TopicShape
+from quorumq.replicator import clients
+from quorumq.replicator.datasource import FORMAT
+from quorumq.store.atomic_file import write_atomically
+
+log = logging.getLogger("quorumq.replicator")
+
+HEARTBEAT_TOPIC = "rmq_sys_replicator_heartbeat"
+OFFSET_SYNC_TOPIC = "rmq_sys_replicator_offset_sync"
+SYSTEM_TOPIC_QUEUES = 1  # one queue keeps the system topics' records in one order
+
+
+@dataclass(frozen=True)
+class Settings:
+    source: str  # access point of the primary
+    target: str  # access point of the standby
+    topics: tuple[str, ...]
+    checkpoint: Path  # one directory per job below it
+    tag_filters: dict[str, str]
+    on_failure: str = "fail"
+    dedupe: bool = False
+    starting: str = "latest"
+    groups: tuple[str, ...] = ()  # consumer groups the checkpoint job translates (RocketMQ's sync.gids)
+    max_records_per_trigger: int = limits.REPLICATOR_MAX_RECORDS_PER_TRIGGER
+    trigger_s: float = 1.0
+    heartbeat_interval_s: float = limits.REPLICATOR_HEARTBEAT_INTERVAL_S
+    checkpoint_interval_s: float = limits.REPLICATOR_CHECKPOINT_INTERVAL_S
+    config_interval_s: float = limits.REPLICATOR_CONFIG_INTERVAL_S
+
+    def job_dir(self, job: str) -> Path:
+        return self.checkpoint / job
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.checkpoint / "replicate-metrics.json"
+
+    @property
+    def heartbeat_path(self) -> Path:
+        return self.checkpoint / "heartbeat.json"
+
+
+def _start(spark: Any, name: str, writer: Any, settings: Settings, interval_s: float) -> Any:
+    """Start a job's query, named by job and direction (a session may run both directions)."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)  # FAIR: small jobs never wait behind data
+    direction = f"{clients.cluster_name(settings.source)}->{clients.cluster_name(settings.target)}"
+    return (writer.queryName(f"{name} {direction}").option("checkpointLocation", str(settings.job_dir(name)))
+            .trigger(processingTime=f"{interval_s} seconds").start())
+
+
+def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...], offset_syncs: bool) -> Any:
+    reader = (spark.readStream.format(FORMAT).option("accessPoint", settings.source)
+              .option("topics", ",".join(topics)).option("tagFilters", json.dumps(settings.tag_filters))
+              .option("startingOffsets", settings.starting)
+              .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger)).load())
+    writer = (reader.writeStream.format(FORMAT).option("accessPoint", settings.target)
+              .option("cluster", clients.cluster_name(settings.target)).option("onFailure", settings.on_failure)
+              .option("dedupe", str(settings.dedupe).lower()))
+    if offset_syncs:
+        writer = writer.option("offsetSyncTopic", OFFSET_SYNC_TOPIC).option("metricsPath", str(settings.metrics_path))
+    return _start(spark, name, writer, settings, settings.trigger_s)
+
+
+def start_replicate(spark: Any, settings: Settings) -> Any:
+    ensure_system_topic(settings.target, OFFSET_SYNC_TOPIC)
+    return _replicate(spark, settings, "replicate", settings.topics, offset_syncs=True)
+
+
+def _tick(spark: Any, name: str, settings: Settings, interval_s: float, work: Callable[[], None]) -> Any:
+    """A query that runs `work` on the driver every interval."""
+    def each_batch(_rows: Any, _batch_id: int) -> None:
+        work()
+
+    writer = spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream.foreachBatch(each_batch)
+    return _start(spark, name, writer, settings, interval_s)
+
+
+# Config.
+
+def copy_topics(source: str, target: str, topics: tuple[str, ...]) -> dict[str, dict[str, TopicShape]]:
+    """Create or expand each topic on every master of the target as the source has it; the changes
+    made, by topic and target broker name."""
+    source_shapes = _topic_shapes(source)
+    target_shapes = _topic_shapes(target)
+    target_masters = _masters(target)
+    made = {}
+    for topic in topics:
+        source_topic = {broker: shapes[topic] for broker, shapes in source_shapes.items() if topic in shapes}
+        changes = plan.topic_changes(source_topic, {broker: target_shapes[broker].get(topic)
+                                                    for broker in target_masters})
+        for broker, shape in changes.items():
+            clients.admin(target).update_topic(target_masters[broker], topic, shape.read_queue_nums,
+                                               shape.write_queue_nums, shape.perm)
+            log.info("config: %s on %s of the target is now read %d write %d perm %d", topic, broker,
+                     shape.read_queue_nums, shape.write_queue_nums, shape.perm)
+        if changes:
+            made[topic] = changes
+    return made
+
+
+def _masters(access_point: str) -> dict[str, str]:
+    """Broker name -> address of each master of the cluster behind the access point."""
+    brokers = clients.admin(access_point).brokers(clients.cluster_name(access_point), masters_only=True)
+    return {broker.broker_name: broker.address for broker in brokers}
+
+
+def _topic_shapes(access_point: str) -> dict[str, dict[str, TopicShape]]:
+    """Broker name -> topic -> shape, of every master (as each broker holds it, not as a route
+    would show a topic that does not exist yet)."""
+    admin = clients.admin(access_point)
+    return {broker: {t.name: TopicShape(t.read_queue_nums, t.write_queue_nums, t.perm)
+                     for t in admin.metadata(address).topics}
+            for broker, address in _masters(access_point).items()}
+
+
+def ensure_system_topic(access_point: str, topic: str) -> None:
+    """A system topic with one queue on every master that lacks it."""
+    for broker, shapes in _topic_shapes(access_point).items():
+        if topic not in shapes:
+            clients.admin(access_point).update_topic(_masters(access_point)[broker], topic, SYSTEM_TOPIC_QUEUES,
+                                                     SYSTEM_TOPIC_QUEUES)
+
+
+def start_config(spark: Any, settings: Settings) -> Any:
+    return _tick(spark, "config", settings, settings.config_interval_s,
+                 lambda: copy_topics(settings.source, settings.target, settings.topics))
+
+
+# Heartbeat.
+
+def start_heartbeat(spark: Any, settings: Settings) -> list[Any]:
+    for access_point in (settings.source, settings.target):
+        ensure_system_topic(access_point, HEARTBEAT_TOPIC)
+    heartbeat = Heartbeat(settings)
+    forward = _replicate(spark, replace(settings, starting="latest", dedupe=False, on_failure="fail"),
+                         "heartbeat-forward", (HEARTBEAT_TOPIC,), offset_syncs=False)
+    return [forward, _tick(spark, "heartbeat", settings, settings.heartbeat_interval_s, heartbeat.beat)]
+
+
+class Heartbeat:
+    """Each beat reads the newest heartbeat the target holds from this source, then sends the next
+    one to the source; the status (last latency, whether the path is alive) goes to a JSON file."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.source_cluster = clients.cluster_name(settings.source)
+        self.sequence = 0
+
+    def beat(self) -> None:
+        settings = self.settings
+        status = {"sourceCluster": self.source_cluster, "checkedAt": _now_ms(), **self._latest_arrival()}
+        stale_ms = 3 * settings.heartbeat_interval_s * 1000
+        status["alive"] = "sentAt" in status and status["checkedAt"] - status["sentAt"] <= stale_ms
+        settings.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(settings.heartbeat_path, json.dumps(status).encode())
+        self.sequence += 1
+        clients.send_json(settings.source, HEARTBEAT_TOPIC,
+                          {"source": self.source_cluster, "target": clients.cluster_name(settings.target),
+                           "seq": self.sequence, "sentAt": _now_ms()}, f"heartbeat-{self.sequence}")
+
+    def _latest_arrival(self) -> dict:
+        consumer = clients.consumer(self.settings.target)
+        end = consumer.query_offset(HEARTBEAT_TOPIC, 0, "END")
+        offset = max(0, end - limits.REPLICATOR_PULL_BATCH)
+        messages = consumer.pull(HEARTBEAT_TOPIC, 0, offset, limits.REPLICATOR_PULL_BATCH).messages if end else []
+        for message in reversed(messages):
+            if message.properties.get(plan.SOURCE_CLUSTER) == self.source_cluster:
+                sent_at = json.loads(message.body)["sentAt"]
+                return {"sentAt": sent_at, "arrivedAt": message.store_timestamp_ms,
+                        "latencyMs": message.store_timestamp_ms - sent_at}
+        return {}
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# Checkpoint.
+
+def start_checkpoint(spark: Any, settings: Settings) -> Any:
+    translator = GroupTranslator(settings)
+    return _tick(spark, "checkpoint", settings, settings.checkpoint_interval_s, translator.translate_groups)
+
+
+class GroupTranslator:
+    """Follows the offset syncs on the target and moves the target's committed offsets of the
+    chosen groups to the translation of their source offsets: only forward, never past a message
+    the group has not consumed on the source."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.source_cluster = clients.cluster_name(settings.source)
+        self.syncs = OffsetSyncStore()
+        self.destinations: dict[QueueKey, tuple[str, int]] = {}  # source queue -> target (broker, queue id)
+        self.position = 0  # in the offset-sync topic's queue 0 on the target
+
+    def read_syncs(self) -> None:
+        consumer = clients.consumer(self.settings.target)
+        while True:
+            result = consumer.pull(OFFSET_SYNC_TOPIC, 0, self.position, limits.REPLICATOR_PULL_BATCH)
+            for message in result.messages:
+                self._add(json.loads(message.body))
+            if result.next_offset <= self.position:
+                return
+            self.position = result.next_offset
+
+    def _add(self, record: dict) -> None:
+        for queue in record["queues"]:
+            if queue["sourceCluster"] != self.source_cluster:
+                continue  # another pipeline into the same target
+            key = QueueKey(queue["topic"], queue["sourceBroker"], queue["sourceQueueId"])
+            self.destinations[key] = (queue["broker"], queue["queueId"])
+            self.syncs.add(key, (OffsetSync(source, target) for source, target in queue["syncs"]))
+
+    def translate_groups(self) -> dict[str, dict[QueueKey, int]]:
+        """Translate every chosen group; the target offsets committed, by group."""
+        try:
+            self.read_syncs()
+        except ClientError as error:
+            if error.name != "TOPIC_NOT_FOUND":  # nothing replicated yet
+                raise
+        moved = {}
+        for group in self.settings.groups:
+            moved[group] = self._translate_group(group)
+        return moved
+
+    def _translate_group(self, group: str) -> dict[QueueKey, int]:
+        source_admin = clients.admin(self.settings.source)
+        committed = {}
+        with Blocking(PullConsumer, self.settings.target, group) as target:
+            for topic in self.settings.topics:
+                for broker in source_admin.consumer_progress(group, topic, clients.cluster_name(self.settings.source)):
+                    for queue in broker.queues:
+                        key = QueueKey(topic, broker.broker_name, queue.queue_id)
+                        if queue.consumer_offset < 0 or key not in self.destinations:
+                            continue
+                        translated = self.syncs.translate(key, queue.consumer_offset)
+                        target_broker, target_queue = self.destinations[key]
+                        current = target.get_offset(topic, target_queue, broker_name=target_broker)
+                        if translated is not None and (current is None or translated > current):
+                            target.commit_offset(topic, target_queue, translated, broker_name=target_broker)
+                            committed[key] = translated
+        if committed:
+            log.info("checkpoint: group %s moved on the target: %s", group, committed)
+        return committed

@@ -1,0 +1,230 @@
+"""The replicator's jobs on real Spark (local mode, one session for the module) between two real
+quorumq clusters, A and B, started with `quorumq up --cluster A` and `--cluster B`."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import check_for
+from quorumq import limits
+from quorumq.client import AdminClient, Blocking, PullConsumer
+from quorumq.core import replicator as plan
+from quorumq.core.replicator import TopicShape
+from quorumq.replicator import jobs
+from quorumq.replicator.app import spark_session
+from quorumq.replicator.jobs import Settings
+from replicator_support import (DEAD_LETTER_TOPIC, create_topic, new_topic, produce, queue_ends, queue_messages,
+                                source_offsets, worker_environment)
+
+WAIT_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def spark():
+    worker_environment()
+    session = spark_session("local[2]", "quorumq-replicator-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+        gateway = session.sparkContext._gateway
+        gateway.shutdown()
+        gateway.proc.kill()  # the JVM this module started, by its process
+        gateway.proc.wait()
+        type(session.sparkContext)._gateway = None
+        type(session.sparkContext)._jvm = None
+
+
+def settings_for(source: dict, target: dict, topic: str, checkpoint: Path, **options) -> Settings:
+    defaults = dict(tag_filters={}, starting="earliest", max_records_per_trigger=400, trigger_s=0.5)
+    return Settings(source=source["access_point"], target=target["access_point"], topics=(topic,),
+                    checkpoint=checkpoint, **{**defaults, **options})
+
+
+def run_until(queries: list, done, what: str) -> None:
+    """Wait for `done()` while the queries run, then stop them; a query that fails fails the test."""
+    try:
+        def finished():
+            for query in queries:
+                assert query.isActive, f"query {query.name} stopped: {query.exception()}"
+            return done()
+
+        check_for(WAIT_S, 0.5, finished, what)
+    finally:
+        for query in queries:
+            query.stop()
+
+
+def test_messages_arrive_in_per_queue_order_with_their_source_stamped(spark, clusters, tmp_path):
+    primary, standby = clusters
+    topic = new_topic()
+    create_topic(primary, topic, 4)
+    produce(primary, topic, per_queue=250, queues=4)
+    assert jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,)) == {
+        topic: {"broker-a": TopicShape(4, 4, 6)}}
+    settings = settings_for(primary, standby, topic, tmp_path)
+    run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 4) == [250] * 4,
+              "every message on the standby")
+
+    originals = {queue: queue_messages(primary, topic, queue) for queue in range(4)}
+    for queue in range(4):
+        copies = queue_messages(standby, topic, queue)
+        assert source_offsets(copies) == list(range(250)), "same queue id, same order, each once"
+        assert [m.body for m in copies] == [m.body for m in originals[queue]]
+        assert all(m.tag == "t" and m.keys == (f"k{i}",) and m.properties["index"] == str(i)
+                   for i, m in enumerate(copies))
+        assert {m.properties[plan.SOURCE_CLUSTER] for m in copies} == {"A"}
+        assert [m.properties[plan.SOURCE_MESSAGE_ID] for m in copies] == [m.message_id for m in originals[queue]]
+    totals = json.loads(settings.metrics_path.read_text())
+    assert (totals["written"], totals["filtered"], totals["dismissed"]) == (1000, 0, 0)
+    syncs = queue_messages(standby, jobs.OFFSET_SYNC_TOPIC, 0)
+    assert syncs and all(json.loads(m.body)["queues"][0]["sourceCluster"] == "A" for m in syncs)
+
+
+def test_active_active_drops_every_looped_message(spark, clusters, tmp_path):
+    primary, standby = clusters
+    topic = new_topic()
+    for cluster in clusters:
+        create_topic(cluster, topic, 2)
+        produce(cluster, topic, per_queue=150, queues=2)
+    forward = settings_for(primary, standby, topic, tmp_path / "a-to-b")
+    backward = settings_for(standby, primary, topic, tmp_path / "b-to-a")
+    queries = [jobs.start_replicate(spark, forward), jobs.start_replicate(spark, backward)]
+
+    def both_sides_hold_both_births():
+        return queue_ends(primary, topic, 2) == [300, 300] and queue_ends(standby, topic, 2) == [300, 300]
+
+    def copies_came_back_and_were_dropped():
+        totals = [json.loads(s.metrics_path.read_text()) for s in (forward, backward)]
+        return both_sides_hold_both_births() and [t["filtered"] for t in totals] == [300, 300]
+
+    run_until(queries, copies_came_back_and_were_dropped, "each side's copies filtered on the way back")
+    for cluster in clusters:
+        for queue in range(2):
+            births = [m.body.split(b"-")[0] for m in queue_messages(cluster, topic, queue)]
+            assert births.count(b"A") == births.count(b"B") == 150, "each message once on each side, none looped"
+
+
+def test_a_group_moved_to_the_standby_skips_nothing(spark, clusters, tmp_path):
+    primary, standby = clusters
+    topic, group = new_topic(), "MovingGroup"
+    create_topic(primary, topic, 2)
+    produce(primary, topic, per_queue=300, queues=2)
+    jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,))
+    settings = settings_for(primary, standby, topic, tmp_path, groups=(group,))
+    run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 2) == [300, 300],
+              "everything replicated")
+    consumed = {0: 137, 1: 300}  # the group consumed part of queue 0 and all of queue 1 on the primary
+    with Blocking(PullConsumer, primary["access_point"], group) as consumer:
+        for queue, offset in consumed.items():
+            consumer.commit_offset(topic, queue, offset)
+
+    moved = jobs.GroupTranslator(settings).translate_groups()[group]
+    assert len(moved) == 2
+    with Blocking(PullConsumer, standby["access_point"], group) as consumer:
+        for queue, offset in consumed.items():
+            resumed_at = consumer.get_offset(topic, queue)
+            resumed = source_offsets(queue_messages(standby, topic, queue)[resumed_at:])
+            assert set(range(offset, 300)) <= set(resumed), "never after a message the group had not consumed"
+            assert offset - limits.REPLICATOR_SYNC_SPACING <= (resumed[0] if resumed else 300) <= offset, \
+                "near where it was"
+
+
+def test_config_job_creates_and_expands_topics_and_never_shrinks(clusters):
+    primary, standby = clusters
+    created, expanded, larger = new_topic(), new_topic(), new_topic()
+    for topic in (created, expanded, larger):
+        create_topic(primary, topic, 8)
+    create_topic(standby, expanded, 4)
+    create_topic(standby, larger, 16)
+    changes = jobs.copy_topics(primary["access_point"], standby["access_point"], (created, expanded, larger))
+    assert changes == {created: {"broker-a": TopicShape(8, 8, 6)}, expanded: {"broker-a": TopicShape(8, 8, 6)}}
+    with Blocking(AdminClient, standby["access_point"]) as admin:
+        shapes = {t: [(q.read_queue_nums, q.write_queue_nums) for q in admin.route(t).queues]
+                  for t in (created, expanded, larger)}
+    assert shapes == {created: [(8, 8)], expanded: [(8, 8)], larger: [(16, 16)]}
+
+
+def test_heartbeat_reports_latency_and_connectivity(spark, clusters, tmp_path):
+    primary, standby = clusters
+    settings = settings_for(primary, standby, "unused", tmp_path, heartbeat_interval_s=1.0, starting="latest")
+
+    def alive():
+        if not settings.heartbeat_path.exists():
+            return False
+        status = json.loads(settings.heartbeat_path.read_text())
+        return status["alive"] and 0 <= status["latencyMs"] < 30_000 and status
+
+    run_until(jobs.start_heartbeat(spark, settings), alive, "a heartbeat arrived on the standby")
+    [copy] = [m for m in queue_messages(standby, jobs.HEARTBEAT_TOPIC, 0)[-1:]]
+    assert copy.properties[plan.SOURCE_CLUSTER] == "A" and json.loads(copy.body)["source"] == "A"
+
+
+@pytest.fixture
+def small_standby_messages(clusters):
+    """The standby refuses bodies above 64 KiB for one test (maxMessageSize applies live)."""
+    with Blocking(AdminClient, clusters[1]["access_point"]) as admin:
+        admin.update_broker_config("maxMessageSize", str(64 * 1024))
+        try:
+            yield
+        finally:
+            admin.update_broker_config("maxMessageSize", str(4 * 1024 * 1024))
+
+
+POISON = (5, 12)  # offsets of queue 0 with bodies the standby refuses
+
+
+def poisoned_topic(primary: dict, standby: dict) -> str:
+    topic = new_topic()
+    create_topic(primary, topic, 2)
+    produce(primary, topic, per_queue=5, queues=2)
+    produce(primary, topic, per_queue=1, queues=1, body_bytes=100 * 1024, start=5)
+    produce(primary, topic, per_queue=6, queues=1, start=6)
+    produce(primary, topic, per_queue=1, queues=1, body_bytes=100 * 1024, start=12)
+    produce(primary, topic, per_queue=7, queues=1, start=13)  # queue 0: 20 messages, two of them too large
+    produce(primary, topic, per_queue=15, queues=1, start=5, first_queue=1)  # queue 1: 20 good ones
+    jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,))
+    return topic
+
+
+@pytest.mark.usefixtures("small_standby_messages")
+def test_policy_fail_stops_the_batch_and_keeps_its_offsets(spark, clusters, tmp_path):
+    primary, standby = clusters
+    topic = poisoned_topic(primary, standby)
+    query = jobs.start_replicate(spark, settings_for(primary, standby, topic, tmp_path))
+    try:
+        check_for(WAIT_S, 0.5, lambda: not query.isActive, "the query fails")
+    finally:
+        query.stop()
+    assert "REPLICATION_FAILED" in str(query.exception())
+    assert source_offsets(queue_messages(standby, topic, 0)) == list(range(5)), "nothing after the poison"
+    assert not (tmp_path / "replicate" / "commits" / "0").exists(), "the batch is replayed on restart"
+
+
+@pytest.mark.usefixtures("small_standby_messages")
+def test_policy_dismiss_counts_and_skips_the_refused_records(spark, clusters, tmp_path):
+    primary, standby = clusters
+    topic = poisoned_topic(primary, standby)
+    settings = settings_for(primary, standby, topic, tmp_path, on_failure="dismiss")
+    run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 2) == [18, 20],
+              "the good records replicated")
+    assert source_offsets(queue_messages(standby, topic, 0)) == [o for o in range(20) if o not in POISON]
+    totals = check_for(10, 0.2, lambda: json.loads(settings.metrics_path.read_text()), "the batch committed")
+    assert (totals["written"], totals["dismissed"], totals["handed"]) == (38, 2, 0)
+
+
+@pytest.mark.usefixtures("small_standby_messages")
+def test_policy_function_hands_the_refused_records_to_the_user(spark, clusters, tmp_path):
+    primary, standby = clusters
+    topic = poisoned_topic(primary, standby)
+    create_topic(standby, DEAD_LETTER_TOPIC, 1)
+    before = queue_ends(standby, DEAD_LETTER_TOPIC, 1)[0]
+    settings = settings_for(primary, standby, topic, tmp_path, on_failure="replicator_support:to_dead_letter_topic")
+    run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 2) == [18, 20],
+              "the good records replicated")
+    notes = [json.loads(m.body) for m in queue_messages(standby, DEAD_LETTER_TOPIC, 0)[before:]]
+    assert [(n["topic"], n["queue"], n["offset"], n["status"]) for n in notes] == [
+        (topic, 0, offset, "MESSAGE_BODY_TOO_LARGE") for offset in POISON]
+    totals = check_for(10, 0.2, lambda: json.loads(settings.metrics_path.read_text()), "the batch committed")
+    assert (totals["written"], totals["dismissed"], totals["handed"]) == (38, 0, 2)
