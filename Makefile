@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless
 SETUP_STAMP := $(VENV)/.setup-done
 
-.PHONY: setup run test bench bench-replicas bench-failover bench-replicator clean
+.PHONY: setup run test chaos bench bench-replicas bench-failover bench-replicator clean
 
 setup: $(SETUP_STAMP)
 
@@ -34,6 +34,17 @@ run: setup
 
 test: setup
 	$(PY) -m pytest
+
+# Seeded fault-injection runs (tests/chaos): COUNT runs of DURATION seconds for each of FAULTS; each
+# verdict is appended to the ledger, and docs/reliability.md is rebuilt from it.
+FAULTS ?= F1,F2,F3,F4,F5,F8,F9
+COUNT ?= 1
+DURATION ?= 180
+PROFILE ?= durable
+chaos: setup
+	$(PY) tests/chaos/run.py --faults $(FAULTS) --count $(COUNT) --duration $(DURATION) --profile $(PROFILE) \
+		--ledger tests/chaos/ledger.jsonl --keep run/chaos; \
+	status=$$?; $(PY) tests/chaos/report.py; exit $$status
 
 # The settings docs/benchmarks.md reports; each script prints its table and writes bench/results/.
 bench: setup

@@ -1,5 +1,8 @@
 """Fixtures shared by every suite; the helpers behind them live in harness.py."""
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from harness import SMALL_MESSAGE_SIZE, LocalCluster
@@ -59,3 +62,25 @@ def clusters(tmp_path_factory) -> list[dict]:
     finally:
         for cluster in started:
             cluster.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A function that mounts a tmpfs of a given size (e.g. "24m") under tmp_path and returns its
+    path: a disk that fills. Unmounted at teardown; the test is skipped where mounting is not
+    allowed (it needs root)."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        mount_point = tmp_path / f"disk-{len(mounted)}"
+        mount_point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in mounted:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

@@ -27,129 +27,9 @@ from pathlib import Path
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
+from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group
 from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process
-from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
-
-SEND_OK = "SEND_OK"
-FAILOVER_S = 15.0  # the bound a test waits for an election; the benchmark measures the real time
-SETTLE_S = 60.0
-SETS = {
-    "allAckInSyncStateSet": "true",
-    "brokerHeartbeatInterval": "500",
-    "controllerHeartBeatTimeoutMills": "3000",
-    "syncBrokerMetadataPeriod": "1000",
-    "checkSyncStateSetPeriod": "1000",
-    "haMaxTimeSlaveNotCatchup": "5000",
-    "scanNotActiveBrokerInterval": "500",
-    "scanInactiveMasterInterval": "1000",
-    "zookeeperSessionTimeoutMillis": "2000",
-    "registerNameServerPeriod": "1000",
-    "brokerNotActiveTimeoutMillis": "3000",
-    "haSendHeartbeatInterval": "500",
-    "haHousekeepingInterval": "3000",
-    "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
-    "maxMessageSize": str(256 * 1024),
-}
-
-
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat: T for a stopped process."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-class Group:
-    """The broker group broker-a of a controller-mode cluster, seen as a user sees it."""
-
-    def __init__(self, cluster: dict) -> None:
-        self.cluster = cluster
-        self.brokers = [p for p in cluster["processes"] if p["kind"] == "broker"]
-        self.controllers = [p for p in cluster["processes"] if p["kind"] == "controller"]
-        self.zookeeper = cluster["zookeeper"]
-        self.controller_addresses = cluster["controller_addresses"]
-        self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=3.0)
-        self.producer = Blocking(Producer, cluster["access_point"])
-
-    def close(self) -> None:
-        self.producer.close()
-        self.admin.close()
-
-    def status(self, broker: dict) -> dict[str, str]:
-        return self.admin.broker_status(broker["address"])
-
-    def says_master(self, broker: dict) -> bool:
-        """Whether the broker runs (not stopped) and its status says master."""
-        if not pid_alive(broker["pid"]) or process_state(broker["pid"]) == "T":
-            return False
-        try:
-            return self.status(broker)["brokerRole"] != "SLAVE"
-        except ClientError:
-            return False
-
-    def master(self, timeout: float = FAILOVER_S) -> dict:
-        """The one running broker that says it is master."""
-        def the_master():
-            masters = [broker for broker in self.brokers if self.says_master(broker)]
-            return masters[0] if len(masters) == 1 else None
-        return check_for(timeout, 0.05, the_master, "exactly one master")
-
-    def slaves(self) -> list[dict]:
-        master = self.master()
-        return [b for b in self.brokers if b is not master]
-
-    def admin_json(self, *args: str) -> dict:
-        result = cli("admin", *args, "-a", self.controller_addresses, "--json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def replica_info(self) -> dict:
-        return self.admin_json("getSyncStateSet", "-b", "broker-a")
-
-    def wait_in_sync(self, timeout: float = SETTLE_S) -> dict:
-        """Every broker running and in the SyncStateSet, the master and controller agreeing."""
-        def all_in_sync():
-            info = self.replica_info()
-            status = self.status(self.master())
-            in_sync = len(info["sync_state_set"]) == len(self.brokers) == len(info["brokers"])
-            return info if in_sync and status["syncStateSet"] == ",".join(map(str, sorted(info["sync_state_set"]))) \
-                else None
-        return check_for(timeout, 0.2, all_in_sync, "every broker in the SyncStateSet")
-
-    def restore(self) -> None:
-        """Every process running (restarted, or continued after SIGSTOP) and answering, a leading
-        controller, every broker in the SyncStateSet."""
-        for process in self.brokers + self.controllers + [self.zookeeper]:
-            if pid_alive(process["pid"]):
-                os.kill(process["pid"], signal.SIGCONT)
-            elif process["kind"] != "zookeeper":
-                start_process(process)
-        for broker in self.brokers:
-            check_for(SETTLE_S, 0.1, lambda: self.status(broker), f"{broker['address']} answers")
-        check_for(SETTLE_S, 0.2, lambda: self.admin_json("getControllerMetaData")["leader"], "a leading controller")
-        self.wait_in_sync()
-
-    def new_topic(self) -> str:
-        topic = f"T{uuid.uuid4().hex[:10]}"
-        for broker in self.brokers:  # slaves copy topics from the master; every replica has it at once
-            self.admin.update_topic(broker["address"], topic, read_queue_nums=1, write_queue_nums=1)
-        return topic
-
-    def send(self, topic: str, body: bytes) -> str:
-        """One send: its status name, or the error's name."""
-        try:
-            return self.producer.send(topic, Message(body), queue_id=0).status
-        except ClientError as error:
-            return error.name
-
-    def bodies(self, topic: str) -> list[bytes]:
-        """Every message of the topic's queue 0, as its master serves it."""
-        with Blocking(PullConsumer, self.cluster["access_point"], "reader") as consumer:
-            found, offset = [], 0
-            while True:
-                result = consumer.pull(topic, 0, offset, 256)
-                if not result.messages:
-                    return found
-                found += [message.body for message in result.messages]
-                offset = result.next_offset
+from quorumq.client import Blocking, ClientError, Message, Producer
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +123,34 @@ def test_a_deposed_master_truncates_what_only_it_held(group):
     assert "truncating" in open(old_master["log"]).read()
     bodies = group.bodies(topic)
     assert bodies[0] == b"replicated" and bodies[-1] == b"on-the-new-master"
+
+
+def test_a_slave_whose_log_is_corrupt_cuts_it_and_fetches_the_rest_again(group):
+    """Found by the chaos suite (F9): a byte flipped in a record of a slave's log that its
+    checkpoint says was fsync'd. Recovery keeps such a record and refuses to go past it; as a
+    slave the broker cuts its log there and fetches the rest from the master again, so it rejoins
+    the SyncStateSet and its log ends as the master's."""
+    topic = group.new_topic()
+    for index in range(20):
+        assert group.send(topic, f"m{index}".encode()) == SEND_OK
+    master, slave = group.master(), group.slaves()[0]
+    checkpoint = Path(slave["data_dir"]) / "checkpoint"
+    flushed = check_for(SETTLE_S, 0.2, lambda: json.loads(checkpoint.read_text())["flushed_offset"],
+                        "a checkpoint with a flushed offset")
+    stop_process(slave, signal.SIGKILL)
+    segment = sorted((Path(slave["data_dir"]) / "commitlog").iterdir())[-1]
+    with open(segment, "r+b") as log_file:  # a byte near the end of the last fsync'd record
+        position = flushed - int(segment.name) - 20
+        log_file.seek(position)
+        flipped = bytes([log_file.read(1)[0] ^ 0xFF])
+        log_file.seek(position)
+        log_file.write(flipped)
+    start_process(slave)
+    group.wait_in_sync()
+    assert group.send(topic, b"after") == SEND_OK
+    check_for(SETTLE_S, 0.2, lambda: group.status(slave)["commitLogMaxOffset"]
+              == group.status(master)["commitLogMaxOffset"], "the slave's log ends as the master's")
+    assert "corrupt at" in open(slave["log"]).read()
 
 
 def test_the_controller_leader_dies_and_the_other_serves_the_same_state(group):

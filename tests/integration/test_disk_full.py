@@ -1,7 +1,6 @@
 """A full disk: writes are refused with DISK_FULL instead of filling it, nothing stored is lost,
 and writes resume once retention has made space again. The broker's data lives on a small tmpfs."""
 
-import subprocess
 import uuid
 
 import grpc
@@ -15,24 +14,10 @@ from harness import LocalCluster, check_for, cli, pid_alive
 BODY = b"d" * (128 * 1024)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def start(small_disk, **sets) -> tuple[LocalCluster, dict]:
+def start(disk, **sets) -> tuple[LocalCluster, dict]:
     settings = {"mappedFileSizeCommitLog": str(2 * 1024 * 1024), "maxMessageSize": str(256 * 1024),
                 "cleanResourceInterval": "200", "diskMaxUsedSpaceRatio": "99", **sets}
-    cluster = LocalCluster(small_disk / "cluster", sets=settings)
+    cluster = LocalCluster(disk / "cluster", sets=settings)
     return cluster, cluster.start()
 
 
@@ -68,10 +53,11 @@ def stored_count(stub, topic) -> int:
 
 @pytest.mark.parametrize("refusal", ["warning-ratio", "no-space-left"])
 def test_full_disk_refuses_writes_then_resumes(small_disk, refusal):
+    disk = small_disk("24m")
     # "warning-ratio": refused past diskSpaceWarningLevelRatio; "no-space-left": the ratio never
     # trips, so the broker meets ENOSPC when it preallocates a segment.
     warning = "0.6" if refusal == "warning-ratio" else "1.0"
-    cluster, info = start(small_disk, diskSpaceWarningLevelRatio=warning, diskSpaceCleanForciblyRatio="1.0")
+    cluster, info = start(disk, diskSpaceWarningLevelRatio=warning, diskSpaceCleanForciblyRatio="1.0")
     try:
         broker = next(p for p in info["processes"] if p["kind"] == "broker")
         stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))

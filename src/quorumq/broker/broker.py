@@ -210,7 +210,15 @@ class Broker:
     def align_with(self, master_epochs: EpochCache, master_max_offset: int) -> int:
         """Cut this slave's log and epochs back to where they agree with its master's (spec 2.9):
         the log first, durably, then the epoch file. Returns the offset it now ends at; -1 when
-        the two logs share no epoch (nothing is cut: an operator must look)."""
+        the two logs share no epoch (nothing is cut: an operator must look).
+
+        A record found corrupt in this log (recovery keeps it and refuses to go past it) is cut
+        first, with everything after it: the master holds those records and sends them again."""
+        corrupt = self.store.corrupt_offset
+        if corrupt is not None:
+            log.error("the commit log is corrupt at %d: cutting it there to fetch the rest from the master", corrupt)
+            self.store.truncate(corrupt)
+            self.epochs.reconcile(corrupt)
         local_max = self.store.max_offset
         if not self.epochs.entries:
             point = min(local_max, master_max_offset) if local_max == 0 else -1

@@ -97,7 +97,7 @@ class ConsumeQueue:
         return queue_offset
 
     def discard_staged(self) -> None:
-        self._staged.clear()
+        self._staged = bytearray()
         self.next_offset = self.max_offset
 
     def write_staged(self) -> None:
@@ -117,7 +117,8 @@ class ConsumeQueue:
                     written = end
                     self.max_offset = offset + count
         finally:
-            self._staged.clear()
+            # A new buffer, not clear(): a failed pwrite's traceback may still hold a view of it.
+            self._staged = bytearray()
             self.next_offset = self.max_offset
 
     def _file_for_write(self, offset: int) -> QueueFile:

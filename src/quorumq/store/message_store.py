@@ -446,6 +446,8 @@ class MessageStore:
         if self._write_failure is not None:
             raise QuorumqError(Error.INTERNAL_ERROR, f"an earlier write failed ({self._write_failure}); "
                                "appends are refused until the store is reopened")
+        if self._dispatched_offset < self._write_offset:
+            self._index_undispatched()
 
     def _queue_for_append(self, topic: str, queue_id: int) -> ConsumeQueue:
         queues = self._queues.get(topic)
@@ -505,11 +507,29 @@ class MessageStore:
             for queue in queues:
                 queue.write_staged()
         except OSError as exc:
-            self._write_failure = f"consume-queue write: {exc}"
-            log.error("%s; the records are in the commit log and recovery will index them",
-                      self._write_failure)
-            raise QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR,
-                               self._write_failure) from exc
+            for queue in queues:
+                queue.discard_staged()
+            self._queue_write_failed(exc)
+
+    def _index_undispatched(self) -> None:
+        """After a consume-queue write failed (a full disk), index the records the commit log holds
+        past the dispatched offset before anything else is appended; entries a queue already has
+        are skipped. Until this succeeds appends are refused and those records cannot be read."""
+        redispatch = _Redispatcher(self, self._dispatched_offset)
+        try:
+            scan_commit_log(self._commit_log, self._dispatched_offset, self._flushed_offset, redispatch.visit,
+                            check_residue=False)
+            redispatch.write()
+        except OSError as exc:
+            self._queue_write_failed(exc)
+        self._dispatched_offset = self._write_offset
+        log.info("consume queues indexed up to %d again", self._write_offset)
+
+    def _queue_write_failed(self, exc: OSError) -> NoReturn:
+        log.error("consume-queue write: %s; the records are in the commit log and are indexed before "
+                  "the next append", exc)
+        raise QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR,
+                           f"consume-queue write: {exc}") from exc
 
     # Replication: raw commit-log bytes.
 

@@ -1,0 +1,163 @@
+"""The checkers of the reliability spec (C1 to C5, C7, C8) over a run's history and the final read
+of every replica after healing. Pure: they read what they are given and judge.
+
+The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order;
+`final_master` names the replica whose contents count, `in_sync` the ones that must agree with it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+FinalRead = dict[str, dict[str, list[tuple[int, str]]]]
+EXAMPLES_MAX = 10
+
+
+@dataclass
+class Result:
+    name: str
+    counts: dict[str, int]
+    failures: tuple[str, ...]  # the counts that must be 0
+    examples: list[Any] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.counts[name] == 0 for name in self.failures)
+
+
+def _examples(items: Iterable[Any]) -> list[Any]:
+    return sorted(items, key=str)[:EXAMPLES_MAX]
+
+
+def _completions(records: list[dict], f: str, kind: str) -> list[dict]:
+    return [r for r in records if r["f"] == f and r["type"] == kind]
+
+
+def _stored(read: dict[str, list[tuple[int, str]]]) -> dict[str, list[tuple[str, int]]]:
+    """Each value's (queue, offset) places in one replica's read."""
+    places: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for queue, messages in read.items():
+        for offset, value in messages:
+            places[value].append((queue, offset))
+    return places
+
+
+def lost(records: list[dict], final: FinalRead, final_master: str, in_sync: set[str]) -> Result:
+    """C1: acknowledged sends missing from the final master, and from any in-sync replica."""
+    acked = {r["value"] for r in _completions(records, "send", "ok")}
+    missing = acked - set(_stored(final[final_master]))
+    on_replicas = {(replica, value) for replica in in_sync for value in acked - set(_stored(final[replica]))}
+    return Result("C1 lost", {"acked": len(acked), "lost": len(missing), "lost on an in-sync replica": len(on_replicas)},
+                  ("lost", "lost on an in-sync replica"), _examples(missing | {v for _, v in on_replicas}))
+
+
+def unexpected(records: list[dict], final: FinalRead) -> Result:
+    """C2: values read that no send attempted; read values never acknowledged are "recovered"."""
+    attempted = {r["value"] for r in records if r["f"] == "send" and r["type"] == "invoke"}
+    acked = {r["value"] for r in _completions(records, "send", "ok")}
+    read = {value for replica in final.values() for value in _stored(replica)}
+    never_sent = read - attempted
+    return Result("C2 unexpected", {"unexpected": len(never_sent), "recovered": len(read & attempted - acked)},
+                  ("unexpected",), _examples(never_sent))
+
+
+def inconsistent_offsets(records: list[dict], final: FinalRead) -> Result:
+    """C3: one (queue, offset) with two values, across replicas and acknowledgements."""
+    seen: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for replica in final.values():
+        for queue, messages in replica.items():
+            for offset, value in messages:
+                seen[queue, offset].add(value)
+    for r in _completions(records, "send", "ok"):
+        seen[r["queue"], r["offset"]].add(r["value"])
+    clashes = {place: values for place, values in seen.items() if len(values) > 1}
+    return Result("C3 inconsistent offsets", {"inconsistent": len(clashes)}, ("inconsistent",),
+                  _examples((place, sorted(values)) for place, values in clashes.items()))
+
+
+def duplicates(records: list[dict], final: FinalRead, final_master: str) -> Result:
+    """C4: a value stored twice is explained only by a send of it that ended unknown or failed (and
+    was retried); any other duplicate is a failure."""
+    retried = {r["value"] for r in records if r["f"] == "send" and r["type"] in ("info", "fail")}
+    twice = {value for value, places in _stored(final[final_master]).items() if len(places) > 1}
+    unexplained = twice - retried
+    return Result("C4 duplicates", {"explained": len(twice & retried), "unexplained": len(unexplained)},
+                  ("unexplained",), _examples(unexplained))
+
+
+def _producer_sequence(value: str) -> tuple[str, int]:
+    producer, _, sequence = value.rpartition("-")
+    return producer, int(sequence)
+
+
+def order(records: list[dict], final: FinalRead, final_master: str) -> Result:
+    """C5: a producer's acknowledged sends to one queue got increasing offsets in the order it made
+    them, and each queue of the final master holds a producer's values in sequence order (a retry
+    repeats a value, it never goes back)."""
+    last_acked: dict[tuple[str, str], tuple[int, str]] = {}
+    bad_acks = []
+    for r in _completions(records, "send", "ok"):  # one send in flight per producer: ok order = send order
+        key = (r["process"], r["queue"])
+        if key in last_acked and last_acked[key][0] >= r["offset"]:
+            bad_acks.append((last_acked[key][1], r["value"]))
+        last_acked[key] = (r["offset"], r["value"])
+    bad_reads = []
+    for queue, messages in final[final_master].items():
+        last: dict[str, tuple[int, int]] = {}
+        for offset, value in messages:
+            producer, sequence = _producer_sequence(value)
+            if producer in last and last[producer][0] > sequence:
+                bad_reads.append((queue, last[producer][1], offset))
+            last[producer] = (sequence, offset)
+    return Result("C5 order", {"acks out of order": len(bad_acks), "stored out of order": len(bad_reads)},
+                  ("acks out of order", "stored out of order"), _examples(bad_acks + bad_reads))
+
+
+def split_brain(records: list[dict]) -> Result:
+    """C7: within one master epoch, one queue offset was acknowledged for one value only."""
+    acked: dict[tuple[str, int, int], set[str]] = defaultdict(set)
+    for r in _completions(records, "send", "ok"):
+        acked[r["queue"], r["epoch"], r["offset"]].add(r["value"])
+    clashes = {key: values for key, values in acked.items() if len(values) > 1}
+    epochs = {r["epoch"] for r in _completions(records, "send", "ok")}
+    return Result("C7 split brain", {"epochs": len(epochs), "two values acked at one place": len(clashes)},
+                  ("two values acked at one place",), _examples(clashes))
+
+
+def convergence(final: FinalRead, in_sync: set[str]) -> Result:
+    """C8: the in-sync replicas hold the same messages at the same offsets, below the shortest one."""
+    replicas = sorted(in_sync)
+    queues = {queue for replica in replicas for queue in final[replica]}
+    diverged = []
+    for queue in sorted(queues):
+        reads = [final[replica].get(queue, []) for replica in replicas]
+        common = min(len(read) for read in reads)
+        if any(read[:common] != reads[0][:common] for read in reads):
+            diverged.append(queue)
+    return Result("C8 convergence", {"queues": len(queues), "diverged": len(diverged)}, ("diverged",),
+                  _examples(diverged))
+
+
+def check_all(records: list[dict], final: FinalRead, final_master: str, in_sync: set[str]) -> list[Result]:
+    return [lost(records, final, final_master, in_sync), unexpected(records, final),
+            inconsistent_offsets(records, final), duplicates(records, final, final_master),
+            order(records, final, final_master), split_brain(records), convergence(final, in_sync)]
+
+
+def summary(records: list[dict]) -> dict[str, int]:
+    """Sends invoked and how they ended."""
+    sends = [r for r in records if r["f"] == "send"]
+    return {"invoked": sum(r["type"] == "invoke" for r in sends), "ok": sum(r["type"] == "ok" for r in sends),
+            "fail": sum(r["type"] == "fail" for r in sends), "info": sum(r["type"] == "info" for r in sends)}
+
+
+def verdict_table(results: list[Result], rows: dict[str, Any]) -> str:
+    """A short table: the run's settings and figures, then each checker's verdict and counts."""
+    lines = [" ".join(f"{key}={value}" for key, value in rows.items())]
+    width = max(len(result.name) for result in results)
+    for result in results:
+        counts = ", ".join(f"{name} {count}" for name, count in result.counts.items())
+        example = f"  e.g. {result.examples[:3]}" if not result.ok else ""
+        lines.append(f"{result.name:<{width}}  {'ok  ' if result.ok else 'FAIL'}  {counts}{example}")
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""The history of a chaos run: every operation as JSON lines, its invocation first, then its
+completion: ok, fail (it certainly did not happen) or info (unknown: it may have happened).
+
+A record: {"time": monotonic s, "process", "type": invoke|ok|fail|info, "f", "op", "value", ...};
+a completion repeats its invocation's process, f and value. Kinds the checkers read:
+  send: value "p3-17" (producer p3, sequence 17); ok adds queue "broker-a:2", offset, epoch, broker.
+Others (the nemesis's "fault" and "heal") are kept for the reader and the availability figures."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class History:
+    """Appends records to a file, from any thread; each line is written whole and flushed."""
+
+    def __init__(self, path: Path) -> None:
+        self._out = open(path, "a", buffering=1)
+        self._lock = threading.Lock()
+        self._ops = itertools.count()
+        self._invoked: dict[int, dict[str, Any]] = {}
+
+    def invoke(self, process: str, f: str, value: Any, **extra: Any) -> int:
+        with self._lock:
+            op = next(self._ops)
+            record = {"process": process, "f": f, "value": value}
+            self._invoked[op] = record
+            self._write({"type": "invoke", "op": op, **record, **extra})
+            return op
+
+    def ok(self, op: int, **extra: Any) -> None:
+        self._complete("ok", op, extra)
+
+    def fail(self, op: int, error: str, **extra: Any) -> None:
+        self._complete("fail", op, {"error": error, **extra})
+
+    def info(self, op: int, error: str, **extra: Any) -> None:
+        self._complete("info", op, {"error": error, **extra})
+
+    def close(self) -> None:
+        self._out.close()
+
+    def _complete(self, kind: str, op: int, extra: dict[str, Any]) -> None:
+        with self._lock:
+            self._write({"type": kind, "op": op, **self._invoked.pop(op), **extra})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._out.write(json.dumps({"time": time.monotonic(), **record}) + "\n")
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """The records in order; a torn last line (the writer died mid-line) is left out."""
+    records = []
+    with open(path) as lines:
+        for line in lines:
+            if line.endswith("\n"):
+                records.append(json.loads(line))
+    return records

@@ -1,0 +1,186 @@
+"""The nemesis: faults of the reliability spec's B5 matrix injected into a controller-mode broker
+group on real processes, on a schedule drawn from a seed, each written to the history.
+
+Each fault is a function `(group, rng, history) -> heal` that injects at once and returns what heals
+it; the schedule holds a fault for a drawn time, heals it, and rests before the next one."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from controller_group import Group
+from harness import pid_alive, start_process
+from history import History
+
+Heal = Callable[[], None]
+BALLAST_CHUNK = b"\0" * (1 << 20)
+
+
+def _signal(process: dict, sig: int) -> None:
+    if pid_alive(process["pid"]):
+        os.kill(process["pid"], sig)
+
+
+def _killed(process: dict) -> Heal:
+    _signal(process, signal.SIGKILL)
+    return lambda: start_process(process)
+
+
+def _stopped(process: dict) -> Heal:
+    _signal(process, signal.SIGSTOP)
+    return lambda: _signal(process, signal.SIGCONT)
+
+
+def kill_master(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F1: SIGKILL the master; it is started again at heal and rejoins as a slave."""
+    master = group.master()
+    return master["address"], _killed(master)
+
+
+def kill_slave(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F2: SIGKILL a slave; started again at heal."""
+    slave = rng.choice(group.slaves())
+    return slave["address"], _killed(slave)
+
+
+def pause_slave(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F3: a slave's "feigned death": SIGSTOP, SIGCONT at heal."""
+    slave = rng.choice(group.slaves())
+    return slave["address"], _stopped(slave)
+
+
+def pause_master(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F4: SIGSTOP the master; once continued it must find itself deposed and ack nothing."""
+    master = group.master()
+    return master["address"], _stopped(master)
+
+
+def controller_fault(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F5: SIGKILL or SIGSTOP the controller leader, or SIGSTOP ZooKeeper (the consensus)."""
+    choice = rng.choice(["kill-leader", "pause-leader", "pause-zookeeper"])
+    if choice == "pause-zookeeper":
+        return choice, _stopped(group.zookeeper)
+    leader_address = group.admin_json("getControllerMetaData")["leader"]
+    leader = next(c for c in group.controllers if c["address"] == leader_address)
+    heal = _killed(leader) if choice == "kill-leader" else _stopped(leader)
+    return f"{choice} {leader_address}", heal
+
+
+def disk_full(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F8: fill the master's or a slave's store (each on its own small tmpfs) until ENOSPC."""
+    broker = group.master() if rng.random() < 0.5 else rng.choice(group.slaves())
+    ballast = Path(broker["data_dir"]) / "ballast"
+    with open(ballast, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(BALLAST_CHUNK)
+        except OSError:
+            pass  # ENOSPC: full
+    return broker["address"], lambda: ballast.unlink(missing_ok=True)
+
+
+def torn_tail(group: Group, rng: random.Random) -> tuple[str, Heal]:
+    """F9: SIGKILL a broker, then overwrite the end of its commit log with garbage from a random
+    byte inside its last records; the restart must cut there and fetch the rest again."""
+    broker = rng.choice(group.brokers)
+    _signal(broker, signal.SIGKILL)
+    while pid_alive(broker["pid"]):
+        time.sleep(0.01)
+    segments = sorted((Path(broker["data_dir"]) / "commitlog").glob("[0-9]*"))
+    if segments:
+        last = segments[-1]
+        end = _written_length(last)
+        start = max(0, end - rng.randint(1, 4096))
+        with open(last, "r+b") as segment:
+            segment.seek(start)
+            segment.write(rng.randbytes(end - start + rng.randint(0, 512)))
+            os.fsync(segment.fileno())
+    return broker["address"], lambda: start_process(broker)
+
+
+def _written_length(segment: Path) -> int:
+    """Where the zero fill of a preallocated segment begins (its written length)."""
+    data = segment.read_bytes()
+    return len(data.rstrip(b"\0"))
+
+
+FAULTS: dict[str, Callable[[Group, random.Random], tuple[str, Heal]]] = {
+    "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
+    "F8": disk_full, "F9": torn_tail,
+}
+# How long a fault is held, and the rest after it, in seconds (drawn uniformly).
+HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F8": (10, 20),
+          "F9": (1, 3)}
+REST_S = (8, 15)
+
+
+class Nemesis:
+    """Runs one fault kind on its schedule in a thread until stopped; `heal_all` ends any fault."""
+
+    def __init__(self, fault: str, group: Group, history: History, seed: int) -> None:
+        self.fault, self.group, self.history = fault, group, history
+        self.rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._heal: Heal | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def halt(self) -> None:
+        """End the schedule and heal the fault in progress."""
+        self._stop.set()
+        self._thread.join(120)
+        self.heal()
+
+    def stop(self) -> None:
+        """Halt, and raise what made the nemesis fail."""
+        self.halt()
+        if self.error:
+            raise RuntimeError(f"the nemesis failed ({self.fault})") from self.error
+
+    def heal(self) -> None:
+        with self._lock:
+            heal, self._heal = self._heal, None
+        if heal:
+            heal()
+            self.history.invoke("nemesis", "heal", self.fault)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.rng.uniform(*REST_S)):
+                self.group.wait_in_sync()  # one fault at a time, on a whole group
+                if self._stop.is_set():
+                    return
+                target, heal = FAULTS[self.fault](self.group, self.rng)
+                with self._lock:
+                    self._heal = heal
+                self.history.invoke("nemesis", "fault", {"fault": self.fault, "target": target})
+                self._stop.wait(self.rng.uniform(*HOLD_S[self.fault]))
+                self.heal()
+        except BaseException as error:  # surfaced by stop()
+            self.error = error
+
+
+def mount_small_disks(stores: list[Path], size: str = "64m") -> list[Path]:
+    """A tmpfs of `size` on each broker's store directory, made before the brokers start (F8)."""
+    mounted = []
+    for store in stores:
+        store.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(store)], check=True)
+        mounted.append(store)
+    return mounted
+
+
+def unmount(mounted: list[Path]) -> None:
+    for store in mounted:
+        subprocess.run(["umount", "-l", str(store)], check=False)

@@ -1,0 +1,57 @@
+"""Rebuilds the runs table of docs/reliability.md from the chaos ledger (tests/chaos/ledger.jsonl,
+one line per `make chaos` run), between the two marker lines of that file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LEDGER = ROOT / "tests" / "chaos" / "ledger.jsonl"
+DOC = ROOT / "docs" / "reliability.md"
+BEGIN = "<!-- runs table: built by tests/chaos/report.py from tests/chaos/ledger.jsonl -->"
+END = "<!-- end of runs table -->"
+
+
+def check_count(run: dict, check: str, count: str) -> int:
+    """A checker's count; 0 for a run that ended before the checkers (it counts as failed)."""
+    return run.get("checks", {}).get(check, {}).get(count, 0)
+
+
+def table(runs: list[dict]) -> str:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for run in runs:
+        groups[run["fault"], run["profile"]].append(run)
+    lines = ["| fault | settings | runs | seconds each | faults injected | acknowledged | lost | "
+             "unexplained duplicates | order violations | failed runs | worst fault -> next ack |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (fault, profile), group in sorted(groups.items()):
+        lost = sum(check_count(r, "C1 lost", "lost") for r in group)
+        duplicates = sum(check_count(r, "C4 duplicates", "unexplained") for r in group)
+        order = sum(check_count(r, "C5 order", "acks out of order") + check_count(r, "C5 order", "stored out of order")
+                    for r in group)
+        durations = sorted({r["duration_s"] for r in group})
+        worst = max((r["fault_to_ack_max_s"] for r in group if r.get("fault_to_ack_max_s") is not None), default=None)
+        lines.append(f"| {fault} | {profile} | {len(group)} | {'/'.join(f'{d:g}' for d in durations)} | "
+                     f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | {lost} | {duplicates} | "
+                     f"{order} | {sum(not r['ok'] for r in group)} | {'-' if worst is None else f'{worst:.2f} s'} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    runs = [json.loads(line) for line in LEDGER.read_text().splitlines() if line.strip()] if LEDGER.exists() else []
+    text = DOC.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"{DOC} has no runs-table markers", file=sys.stderr)
+        return 1
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(f"{head}{BEGIN}\n{table(runs)}\n{END}{tail}")
+    print(f"{DOC}: {len(runs)} runs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""One seeded chaos run: a controller-mode group of three brokers under the W1 send workload and one
+fault kind of the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
+
+    python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
+        [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
+
+Every run keeps its history, verdict and logs under its directory and prints the seed that replays
+its fault schedule; with --ledger each run appends one line to the ledger docs/reliability.md is
+built from (tests/chaos/report.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from checkers import check_all, summary, verdict_table  # noqa: E402
+from controller_group import SETS, Group  # noqa: E402
+from final_read import read_replica  # noqa: E402
+from harness import LocalCluster, stop_process  # noqa: E402
+from history import History, read_history  # noqa: E402
+from nemesis import FAULTS, Nemesis, mount_small_disks, unmount  # noqa: E402
+from workload import Producers  # noqa: E402
+
+TOPIC = "ChaosTopic"
+QUEUES = 4
+BROKER_NAME = "broker-a"
+AFTER_HEAL_S = 5.0  # sends keep going this long after the group is whole again
+# The spec's durable settings (B4), and the weaker ones whose losses are measured, not assumed.
+PROFILES = {
+    "durable": {**SETS, "flushDiskType": "SYNC_FLUSH", "allAckInSyncStateSet": "true",
+                "enableElectUncleanMaster": "false"},
+    "weak": {**SETS, "flushDiskType": "ASYNC_FLUSH", "allAckInSyncStateSet": "false",
+             "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true"},
+}
+
+
+@dataclass
+class RunResult:
+    fault: str
+    seed: int
+    duration_s: float
+    profile: str
+    directory: Path
+    ok: bool
+    rows: dict[str, object] = field(default_factory=dict)
+    table: str = ""
+
+
+def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str = "durable") -> RunResult:
+    """One run. The verdict is in the result; it raises when the group cannot be made whole again
+    after healing (itself a failure of the run)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    history_path = directory / "history.jsonl"
+    history = History(history_path)
+    stores = [directory / "cluster" / f"{BROKER_NAME}-{replica}" / "store" for replica in range(3)]
+    mounted = mount_small_disks(stores) if fault == "F8" else []
+    try:
+        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile])
+        try:
+            brokers, final_master, in_sync, healed_at = exercise(cluster, fault, seed, duration_s, history)
+        finally:
+            cluster.stop()
+        segment_bytes = int(PROFILES[profile]["mappedFileSizeCommitLog"])
+        final = {broker["address"]: read_replica(Path(broker["data_dir"]), TOPIC, BROKER_NAME, segment_bytes)
+                 for broker in brokers}
+    finally:
+        history.close()
+        unmount(mounted)
+    records = read_history(history_path)
+    results = check_all(records, final, final_master, in_sync)
+    rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
+            **summary(records), **run_figures(records, healed_at)}
+    table = verdict_table(results, rows)
+    ok = all(result.ok for result in results)
+    (directory / "verdict.txt").write_text(table + "\n")
+    rows["checks"] = {result.name: result.counts for result in results}
+    (directory / "verdict.json").write_text(json.dumps({**rows, "ok": ok}, indent=2) + "\n")
+    return RunResult(fault, seed, duration_s, profile, directory, ok, rows, table)
+
+
+def exercise(cluster: LocalCluster, fault: str, seed: int, duration_s: float,
+             history: History) -> tuple[list[dict], str, set[str], float]:
+    """Start the cluster, run the workload under the nemesis, heal, let the group become whole and
+    stop its brokers; returns the brokers, the final master, the in-sync replicas and the heal time."""
+    group = Group(cluster.start(timeout=90))
+    producers = nemesis = None
+    try:
+        group.wait_in_sync()
+        for broker in group.brokers:
+            group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        producers = Producers(cluster.info["access_point"], TOPIC, history)
+        nemesis = Nemesis(fault, group, history, seed)
+        producers.start()
+        nemesis.start()
+        time.sleep(duration_s)
+        nemesis.stop()
+        group.restore()
+        healed_at = time.monotonic()
+        time.sleep(AFTER_HEAL_S)
+        producers.stop()
+        info = group.wait_in_sync()
+        final_master = group.master()["address"]
+        in_sync = {info["brokers"][str(broker_id)] for broker_id in info["sync_state_set"]}
+        for broker in group.brokers:
+            stop_process(broker)
+        return group.brokers, final_master, in_sync, healed_at
+    finally:
+        if nemesis:
+            nemesis.halt()
+        if producers:
+            producers.halt()
+        group.close()
+
+
+def run_figures(records: list[dict], healed_at: float) -> dict[str, object]:
+    """Acknowledged sends, and the longest time from a fault (or the heal) to the next acknowledged
+    send: how long the group could not take writes."""
+    acked = sorted(r["time"] for r in records if r["f"] == "send" and r["type"] == "ok")
+    faults = [r["time"] for r in records if r["process"] == "nemesis" and r["f"] == "fault"]
+
+    def to_next_ack(moment: float) -> float | None:
+        return next((round(t - moment, 3) for t in acked if t >= moment), None)
+
+    waits = [to_next_ack(moment) for moment in faults]
+    return {"faults": len(faults), "acked": len(acked),
+            "fault_to_ack_max_s": max((w for w in waits if w is not None), default=None),
+            "heal_to_ack_s": to_next_ack(healed_at)}
+
+
+def git_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent)
+    return done.stdout.strip()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="seeded chaos runs against a controller-mode broker group")
+    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
+    parser.add_argument("--count", type=int, default=1, help="runs of each fault")
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds of faults per run")
+    parser.add_argument("--seed", type=int, help="the first run's seed (default: random); the next add 1")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="durable")
+    parser.add_argument("--ledger", type=Path, help="append each run's verdict to this JSON-lines file")
+    parser.add_argument("--keep", type=Path, help="where runs keep their histories and logs (default: a temp dir)")
+    opts = parser.parse_args()
+    faults = opts.faults.split(",")
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+    base = opts.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
+    seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
+    failed = 0
+    for number in range(opts.count):
+        for fault in faults:
+            directory = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{fault}-{seed}"
+            try:
+                result = run(fault, seed, opts.duration, directory, opts.profile)
+                rows, ok = result.rows, result.ok
+                print(result.table, flush=True)
+            except Exception as error:  # the group never became whole again: a failed run
+                rows = {"fault": fault, "seed": seed, "profile": opts.profile, "duration_s": opts.duration,
+                        "error": f"{type(error).__name__}: {error}"}
+                ok = False
+                print(f"{fault} seed {seed}: {rows['error']}", flush=True)
+            print(f"{'PASS' if ok else 'FAIL'} {fault} seed {seed}: {directory}"
+                  f"{'' if ok else f'  (replay: --faults {fault} --seed {seed} --count 1)'}", flush=True)
+            failed += not ok
+            if opts.ledger:
+                with open(opts.ledger, "a") as ledger:
+                    ledger.write(json.dumps({**rows, "ok": ok, "commit": git_commit(),
+                                             "date": time.strftime("%Y-%m-%d")}) + "\n")
+            seed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

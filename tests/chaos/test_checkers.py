@@ -1,0 +1,143 @@
+"""The checkers on small hand-made histories: each passes a clean run and catches its failure, and
+lets through what the spec allows (recovered values, retried duplicates)."""
+
+import threading
+
+from checkers import (check_all, convergence, duplicates, inconsistent_offsets, lost, order, split_brain,
+                      unexpected, verdict_table)
+from history import History, read_history
+
+Q0, Q1 = "broker-a:0", "broker-a:1"
+
+
+def history(*sends):
+    """Records for sends given as (producer, value, outcome, queue, offset, epoch); outcome is ok,
+    info or fail, and queue/offset/epoch matter only for ok."""
+    records, op = [], 0
+    for producer, value, outcome, queue, offset, epoch in sends:
+        records.append({"time": op, "process": producer, "type": "invoke", "f": "send", "op": op, "value": value})
+        done = {"time": op + 0.5, "process": producer, "type": outcome, "f": "send", "op": op, "value": value}
+        if outcome == "ok":
+            done.update(queue=queue, offset=offset, epoch=epoch, broker="broker-a")
+        records.append(done)
+        op += 1
+    return records
+
+
+def ok(producer, value, queue, offset, epoch=1):
+    return (producer, value, "ok", queue, offset, epoch)
+
+
+def unknown(producer, value):
+    return (producer, value, "info", None, None, None)
+
+
+CLEAN = history(ok("p0", "p0-0", Q0, 0), ok("p1", "p1-0", Q1, 0), ok("p0", "p0-1", Q0, 1))
+CLEAN_READ = {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0")]}
+
+
+def test_a_clean_run_passes_every_checker():
+    final = {"m": CLEAN_READ, "s": CLEAN_READ}
+    results = check_all(CLEAN, final, "m", {"m", "s"})
+    assert all(result.ok for result in results), verdict_table(results, {})
+    assert lost(CLEAN, final, "m", {"m", "s"}).counts["acked"] == 3
+
+
+def test_an_acknowledged_value_missing_from_the_master_is_lost():
+    final = {"m": {Q0: [(0, "p0-0")], Q1: [(0, "p1-0")]}}
+    result = lost(CLEAN, final, "m", {"m"})
+    assert not result.ok and result.counts["lost"] == 1 and result.examples == ["p0-1"]
+
+
+def test_a_value_missing_on_an_in_sync_replica_is_lost_there():
+    final = {"m": CLEAN_READ, "s": {Q0: [(0, "p0-0")], Q1: [(0, "p1-0")]}}
+    assert lost(CLEAN, final, "m", {"m", "s"}).counts["lost on an in-sync replica"] == 1
+    assert lost(CLEAN, final, "m", {"m"}).ok  # a replica out of the set may lag
+
+
+def test_a_value_never_sent_is_unexpected_and_an_unknown_send_read_back_is_recovered():
+    records = CLEAN + history(unknown("p2", "p2-0"))
+    final = {"m": {**CLEAN_READ, Q1: [(0, "p1-0"), (1, "p2-0"), (2, "ghost-0")]}}
+    result = unexpected(records, final)
+    assert result.counts == {"unexpected": 1, "recovered": 1} and result.examples == ["ghost-0"]
+
+
+def test_one_offset_with_two_values_is_inconsistent():
+    final = {"m": CLEAN_READ, "s": {Q0: [(0, "p0-0"), (1, "p9-9")], Q1: [(0, "p1-0")]}}
+    result = inconsistent_offsets(CLEAN, final)
+    assert not result.ok and result.examples == [((Q0, 1), ["p0-1", "p9-9"])]
+
+
+def test_an_acknowledged_offset_holding_another_value_is_inconsistent():
+    final = {"m": {Q0: [(0, "p0-0"), (1, "p5-5")], Q1: [(0, "p1-0")]}}
+    assert inconsistent_offsets(CLEAN, final).counts["inconsistent"] == 1
+
+
+def test_a_duplicate_is_explained_only_by_a_retried_send():
+    retried = history(unknown("p0", "p0-0"), ok("p0", "p0-0", Q0, 1))
+    final = {"m": {Q0: [(0, "p0-0"), (1, "p0-0")]}}
+    assert duplicates(retried, final, "m").counts == {"explained": 1, "unexplained": 0}
+    once = history(ok("p0", "p0-0", Q0, 1))
+    result = duplicates(once, final, "m")
+    assert not result.ok and result.counts["unexplained"] == 1
+
+
+def test_acknowledged_offsets_going_back_within_a_queue_break_order():
+    records = history(ok("p0", "p0-0", Q0, 5), ok("p0", "p0-1", Q1, 0), ok("p0", "p0-2", Q0, 4))
+    result = order(records, {"m": {}}, "m")
+    assert result.counts["acks out of order"] == 1 and result.examples == [("p0-0", "p0-2")]
+
+
+def test_a_queue_holding_a_producer_s_values_out_of_sequence_breaks_order():
+    final = {"m": {Q0: [(0, "p0-1"), (1, "p1-0"), (2, "p0-0")]}}
+    result = order(CLEAN, final, "m")
+    assert result.counts["stored out of order"] == 1
+    retried = {"m": {Q0: [(0, "p0-0"), (1, "p0-0"), (2, "p0-1")]}}  # a retry repeats, never goes back
+    assert order(CLEAN, retried, "m").counts["stored out of order"] == 0
+
+
+def test_two_values_acknowledged_at_one_offset_in_one_epoch_is_split_brain():
+    records = history(ok("p0", "p0-0", Q0, 3, epoch=2), ok("p1", "p1-0", Q0, 3, epoch=2))
+    assert not split_brain(records).ok
+    after_failover = history(ok("p0", "p0-0", Q0, 3, epoch=2), ok("p1", "p1-0", Q0, 3, epoch=3))
+    result = split_brain(after_failover)
+    assert result.ok and result.counts["epochs"] == 2
+
+
+def test_in_sync_replicas_must_agree_below_the_shortest():
+    longer = {Q0: [(0, "p0-0"), (1, "p0-1"), (2, "p0-2")], Q1: [(0, "p1-0")]}
+    assert convergence({"m": longer, "s": CLEAN_READ}, {"m", "s"}).ok  # a slave behind is no divergence
+    forked = {Q0: [(0, "p0-0"), (1, "p7-7")], Q1: [(0, "p1-0")]}
+    result = convergence({"m": longer, "s": forked}, {"m", "s"})
+    assert result.counts["diverged"] == 1 and result.examples == [Q0]
+    assert convergence({"m": longer, "s": forked}, {"m"}).ok
+
+
+def test_history_records_completions_with_their_invocation_from_many_threads(tmp_path):
+    path = tmp_path / "history.jsonl"
+    recorded = History(path)
+
+    def producer(name):
+        for sequence in range(200):
+            op = recorded.invoke(name, "send", f"{name}-{sequence}")
+            recorded.ok(op, queue=Q0, offset=sequence, epoch=1, broker="broker-a")
+
+    threads = [threading.Thread(target=producer, args=(f"p{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    recorded.close()
+    records = read_history(path)
+    assert len(records) == 1600 and len({r["op"] for r in records}) == 800
+    assert all(r["value"].startswith(r["process"]) for r in records)
+
+
+def test_a_torn_last_line_is_left_out(tmp_path):
+    path = tmp_path / "history.jsonl"
+    recorded = History(path)
+    recorded.invoke("p0", "send", "p0-0")
+    recorded.close()
+    with open(path, "a") as out:
+        out.write('{"time": 1, "proc')
+    assert [r["value"] for r in read_history(path)] == ["p0-0"]
