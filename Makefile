@@ -37,7 +37,7 @@ test: setup
 
 # Seeded fault-injection runs (tests/chaos): COUNT runs of DURATION seconds for each of FAULTS; each
 # verdict is appended to the ledger, and docs/reliability.md is rebuilt from it.
-FAULTS ?= F1,F2,F3,F4,F5,F8,F9
+FAULTS ?= F1,F2,F3,F4,F5,F8,F9,F13
 COUNT ?= 1
 DURATION ?= 180
 PROFILE ?= durable

@@ -65,7 +65,8 @@ KEYS: dict[str, Key] = {
     "listenPort": Key(int, 10911, BNC),
     "haListenPort": Key(int, 10912, B),
     "bindAddress": Key(str, "127.0.0.1", BNC),  # quorumq: where to listen
-    "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients and slaves
+    "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients
+    "brokerIP2": Key(str, "", B),  # the host slaves replicate from (haListenPort); empty: brokerIP1
     "advertisedAddress": Key(str, "", B),  # quorumq: host:port for clients when a proxy sits in front
     "brokerPermission": Key(int, 6, B, live=True),
     "registerNameServerPeriod": Key(int, 10_000, B),
@@ -127,7 +128,7 @@ KEYS: dict[str, Key] = {
 
 # Keys RocketMQ's broker or name server knows that quorumq does not use (yet): accepted, warned once.
 ROCKETMQ_KEYS_UNUSED = frozenset("""
-    accessMessageInMemoryMaxRatio aclEnable autoCreateSubscriptionGroup brokerIP2 brokerTopicEnable
+    accessMessageInMemoryMaxRatio aclEnable autoCreateSubscriptionGroup brokerTopicEnable
     clientCallbackExecutorThreads clientManageThreadPoolNums clusterTopicEnable commitIntervalCommitLog
     consumerManageThreadPoolNums defaultQueryMaxNum deleteCommitLogFilesInterval
     deleteConsumeQueueFilesInterval destroyMapedFileIntervalForcibly enableCalcFilterBitMap

@@ -1,8 +1,9 @@
 """The nemesis: faults of the reliability spec's B5 matrix injected into a controller-mode broker
 group on real processes, on a schedule drawn from a seed, each written to the history.
 
-Each fault is a function `(group, rng, history) -> heal` that injects at once and returns what heals
-it; the schedule holds a fault for a drawn time, heals it, and rests before the next one."""
+Each fault is a function `(group, network, rng) -> (target, heal)` that injects at once and returns
+what it hit and what heals it; the schedule holds a fault for a drawn time, heals it, and rests
+before the next one."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Callable
 from controller_group import Group
 from harness import pid_alive, start_process
 from history import History
+from network import DOWN, UP, Network
 
 Heal = Callable[[], None]
 BALLAST_CHUNK = b"\0" * (1 << 20)
@@ -38,31 +40,31 @@ def _stopped(process: dict) -> Heal:
     return lambda: _signal(process, signal.SIGCONT)
 
 
-def kill_master(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def kill_master(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F1: SIGKILL the master; it is started again at heal and rejoins as a slave."""
     master = group.master()
     return master["address"], _killed(master)
 
 
-def kill_slave(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def kill_slave(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F2: SIGKILL a slave; started again at heal."""
     slave = rng.choice(group.slaves())
     return slave["address"], _killed(slave)
 
 
-def pause_slave(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def pause_slave(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F3: a slave's "feigned death": SIGSTOP, SIGCONT at heal."""
     slave = rng.choice(group.slaves())
     return slave["address"], _stopped(slave)
 
 
-def pause_master(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def pause_master(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F4: SIGSTOP the master; once continued it must find itself deposed and ack nothing."""
     master = group.master()
     return master["address"], _stopped(master)
 
 
-def controller_fault(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def controller_fault(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F5: SIGKILL or SIGSTOP the controller leader, or SIGSTOP ZooKeeper (the consensus)."""
     choice = rng.choice(["kill-leader", "pause-leader", "pause-zookeeper"])
     if choice == "pause-zookeeper":
@@ -73,7 +75,7 @@ def controller_fault(group: Group, rng: random.Random) -> tuple[str, Heal]:
     return f"{choice} {leader_address}", heal
 
 
-def disk_full(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def disk_full(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F8: fill the master's or a slave's store (each on its own small tmpfs) until ENOSPC."""
     broker = group.master() if rng.random() < 0.5 else rng.choice(group.slaves())
     ballast = Path(broker["data_dir"]) / "ballast"
@@ -86,7 +88,7 @@ def disk_full(group: Group, rng: random.Random) -> tuple[str, Heal]:
     return broker["address"], lambda: ballast.unlink(missing_ok=True)
 
 
-def torn_tail(group: Group, rng: random.Random) -> tuple[str, Heal]:
+def torn_tail(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F9: SIGKILL a broker, then overwrite the end of its commit log with garbage from a random
     byte inside its last records; the restart must cut there and fetch the rest again."""
     broker = rng.choice(group.brokers)
@@ -105,27 +107,64 @@ def torn_tail(group: Group, rng: random.Random) -> tuple[str, Heal]:
     return broker["address"], lambda: start_process(broker)
 
 
+def partition(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F6: cut the master off from its slaves, from the controllers or from both (clients still
+    reach it), or a slave from the controllers. A master cut off from both must ack nothing."""
+    master = group.master()["address"]
+    kind = rng.choice(["master-slaves", "master-controllers", "master-all", "slave-controllers"])
+    if kind == "slave-controllers":
+        target = rng.choice(group.slaves())["address"]
+        links = network.links_of(target, "controllers")
+    else:
+        target = master
+        towards = ["slaves", "controllers"] if kind == "master-all" else [kind.split("-")[1]]
+        links = [link for way in towards for link in network.links_of(master, way)]
+    network.impair(links)
+    return f"{kind} {target}", network.heal
+
+
+def impair_link(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F7: one direction of the master's replication or controller links dropped, or a broker's
+    link slowed by 10-500 ms per read."""
+    towards = rng.choice(["slaves", "controllers"])
+    if rng.random() < 0.5:
+        broker = group.master()["address"]
+        direction = rng.choice([UP, DOWN])
+        network.impair(network.links_of(broker, towards), frozenset({direction}))
+        what = f"one-way ({direction} blocked)"
+    else:
+        broker = (group.master() if towards == "slaves" else rng.choice(group.brokers))["address"]
+        delay_s = rng.uniform(0.01, 0.5)
+        network.impair(network.links_of(broker, towards), frozenset(), delay_s)
+        what = f"slow ({delay_s * 1000:.0f} ms)"
+    return f"{what} {broker} -> {towards}", network.heal
+
+
 def _written_length(segment: Path) -> int:
     """Where the zero fill of a preallocated segment begins (its written length)."""
     data = segment.read_bytes()
     return len(data.rstrip(b"\0"))
 
 
-FAULTS: dict[str, Callable[[Group, random.Random], tuple[str, Heal]]] = {
+FAULTS: dict[str, Callable[[Group, Network, random.Random], tuple[str, Heal]]] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
-    "F8": disk_full, "F9": torn_tail,
+    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail,
 }
 # How long a fault is held, and the rest after it, in seconds (drawn uniformly).
-HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F8": (10, 20),
-          "F9": (1, 3)}
+HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F6": (5, 20),
+          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3)}
 REST_S = (8, 15)
+# F13, combined chaos: each time a kind drawn from all of the above, after a shorter rest.
+COMBINED = "F13"
+COMBINED_REST_S = (5, 10)
+FAULT_KINDS = [*FAULTS, COMBINED]
 
 
 class Nemesis:
     """Runs one fault kind on its schedule in a thread until stopped; `heal_all` ends any fault."""
 
-    def __init__(self, fault: str, group: Group, history: History, seed: int) -> None:
-        self.fault, self.group, self.history = fault, group, history
+    def __init__(self, fault: str, group: Group, network: Network, history: History, seed: int) -> None:
+        self.fault, self.group, self.network, self.history = fault, group, network, history
         self.rng = random.Random(seed)
         self._stop = threading.Event()
         self._heal: Heal | None = None
@@ -156,16 +195,18 @@ class Nemesis:
             self.history.invoke("nemesis", "heal", self.fault)
 
     def _run(self) -> None:
+        rest = COMBINED_REST_S if self.fault == COMBINED else REST_S
         try:
-            while not self._stop.wait(self.rng.uniform(*REST_S)):
+            while not self._stop.wait(self.rng.uniform(*rest)):
                 self.group.wait_in_sync()  # one fault at a time, on a whole group
                 if self._stop.is_set():
                     return
-                target, heal = FAULTS[self.fault](self.group, self.rng)
+                kind = self.rng.choice(list(FAULTS)) if self.fault == COMBINED else self.fault
+                target, heal = FAULTS[kind](self.group, self.network, self.rng)
                 with self._lock:
                     self._heal = heal
-                self.history.invoke("nemesis", "fault", {"fault": self.fault, "target": target})
-                self._stop.wait(self.rng.uniform(*HOLD_S[self.fault]))
+                self.history.invoke("nemesis", "fault", {"fault": kind, "target": target})
+                self._stop.wait(self.rng.uniform(*HOLD_S[kind]))
                 self.heal()
         except BaseException as error:  # surfaced by stop()
             self.error = error

@@ -25,9 +25,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from checkers import check_all, summary, verdict_table  # noqa: E402
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_replica  # noqa: E402
-from harness import LocalCluster, stop_process  # noqa: E402
+from harness import LocalCluster, free_base_port, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
-from nemesis import FAULTS, Nemesis, mount_small_disks, unmount  # noqa: E402
+from nemesis import COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
+from network import Network  # noqa: E402
 from workload import Producers  # noqa: E402
 
 TOPIC = "ChaosTopic"
@@ -62,17 +63,21 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     history_path = directory / "history.jsonl"
     history = History(history_path)
     stores = [directory / "cluster" / f"{BROKER_NAME}-{replica}" / "store" for replica in range(3)]
-    mounted = mount_small_disks(stores) if fault == "F8" else []
+    mounted = mount_small_disks(stores) if fault in ("F8", COMBINED) else []
+    base_port = free_base_port()
+    network = Network(base_port, replicas=3, controllers=2)
     try:
-        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile])
+        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
+                               base_port=base_port, broker_sets=network.broker_sets())
         try:
-            brokers, final_master, in_sync, healed_at = exercise(cluster, fault, seed, duration_s, history)
+            brokers, final_master, in_sync, healed_at = exercise(cluster, network, fault, seed, duration_s, history)
         finally:
             cluster.stop()
         segment_bytes = int(PROFILES[profile]["mappedFileSizeCommitLog"])
         final = {broker["address"]: read_replica(Path(broker["data_dir"]), TOPIC, BROKER_NAME, segment_bytes)
                  for broker in brokers}
     finally:
+        network.close()
         history.close()
         unmount(mounted)
     records = read_history(history_path)
@@ -87,7 +92,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     return RunResult(fault, seed, duration_s, profile, directory, ok, rows, table)
 
 
-def exercise(cluster: LocalCluster, fault: str, seed: int, duration_s: float,
+def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
              history: History) -> tuple[list[dict], str, set[str], float]:
     """Start the cluster, run the workload under the nemesis, heal, let the group become whole and
     stop its brokers; returns the brokers, the final master, the in-sync replicas and the heal time."""
@@ -98,7 +103,7 @@ def exercise(cluster: LocalCluster, fault: str, seed: int, duration_s: float,
         for broker in group.brokers:
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         producers = Producers(cluster.info["access_point"], TOPIC, history)
-        nemesis = Nemesis(fault, group, history, seed)
+        nemesis = Nemesis(fault, group, network, history, seed)
         producers.start()
         nemesis.start()
         time.sleep(duration_s)
@@ -144,7 +149,7 @@ def git_commit() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="seeded chaos runs against a controller-mode broker group")
-    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
+    parser.add_argument("--faults", default=",".join(FAULT_KINDS), help=f"comma-separated, of {', '.join(FAULT_KINDS)}")
     parser.add_argument("--count", type=int, default=1, help="runs of each fault")
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of faults per run")
     parser.add_argument("--seed", type=int, help="the first run's seed (default: random); the next add 1")
@@ -153,9 +158,9 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="where runs keep their histories and logs (default: a temp dir)")
     opts = parser.parse_args()
     faults = opts.faults.split(",")
-    unknown = set(faults) - set(FAULTS)
+    unknown = set(faults) - set(FAULT_KINDS)
     if unknown:
-        parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+        parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
     base = opts.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
     seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
     failed = 0

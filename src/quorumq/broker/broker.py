@@ -553,7 +553,7 @@ class Broker:
 
     @property
     def ha_address(self) -> str:
-        return f"{self.config['brokerIP1']}:{self.config['haListenPort']}"
+        return f"{self.config['brokerIP2'] or self.config['brokerIP1']}:{self.config['haListenPort']}"
 
     @property
     def advertised_id(self) -> int:
