@@ -15,8 +15,14 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.client import AdminClient, Blocking
 
@@ -117,6 +123,18 @@ def stop_process(process: dict, sig: int = signal.SIGTERM, timeout: float = STOP
         time.sleep(0.05)
 
 
+def log_end(process: dict) -> int:
+    """Where a process's log ends now, for `log_since`: the log grows across a module's tests."""
+    return Path(process["log"]).stat().st_size
+
+
+def log_since(process: dict, position: int) -> str:
+    """What a process logged after `position` (from `log_end`)."""
+    with open(process["log"], "rb") as log:
+        log.seek(position)
+        return log.read().decode(errors="replace")
+
+
 def start_process(process: dict) -> None:
     """Start a stopped cluster process again from its config, as an operator would by hand.
 
@@ -207,3 +225,17 @@ class LocalCluster:
             if pid_alive(process["pid"]):
                 os.kill(process["pid"], signal.SIGCONT)  # a paused process must not outlive the test
                 os.kill(process["pid"], signal.SIGKILL)
+
+
+def v5_message(topic: str, body: bytes, message_id: str | None = None) -> v5.Message:
+    """A normal message as the official client builds it, for raw v5 calls."""
+    return v5.Message(topic=v5.Resource(name=topic), body=body, system_properties=v5.SystemProperties(
+        message_id=message_id or uuid.uuid4().hex.upper(), message_type=v5.MessageType.NORMAL,
+        body_encoding=v5.Encoding.IDENTITY))
+
+
+def v5_send(address: str, message: v5.Message, timeout: float = 10) -> v5s.SendMessageResponse:
+    """One v5 SendMessage call, to see the whole response the official client reads."""
+    with grpc.insecure_channel(address) as channel:
+        return v5_grpc.MessagingServiceStub(channel).SendMessage(
+            v5s.SendMessageRequest(messages=[message]), timeout=timeout)

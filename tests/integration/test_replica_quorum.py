@@ -21,16 +21,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 from rocketmq import ClientConfiguration, Credentials
 from rocketmq import Message as OfficialMessage
 from rocketmq import Producer as OfficialProducer
 from rocketmq.grpc_protocol import definition_pb2 as v5
-from rocketmq.grpc_protocol import service_pb2 as v5s
-from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process
+from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process, v5_message, v5_send
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
 from quorumq.clock import Clock
 from quorumq.config import Config, Kind
@@ -140,18 +137,6 @@ def timed(fn, *args, **kwargs):
     started = time.monotonic()
     result = fn(*args, **kwargs)
     return result, time.monotonic() - started
-
-
-def v5_message(topic: str, body: bytes, message_id: str | None = None) -> v5.Message:
-    return v5.Message(topic=v5.Resource(name=topic), body=body, system_properties=v5.SystemProperties(
-        message_id=message_id or uuid.uuid4().hex.upper(), message_type=v5.MessageType.NORMAL,
-        body_encoding=v5.Encoding.IDENTITY))
-
-
-def v5_send(address: str, message: v5.Message, timeout: float = 10) -> v5s.SendMessageResponse:
-    with grpc.insecure_channel(address) as channel:
-        return v5_grpc.MessagingServiceStub(channel).SendMessage(
-            v5s.SendMessageRequest(messages=[message]), timeout=timeout)
 
 
 # Fixtures.

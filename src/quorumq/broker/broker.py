@@ -161,8 +161,10 @@ class Broker:
     # Controller mode: role changes (spec 2.7). Each applies only for a newer master epoch.
 
     async def become_master(self, epoch: int, sync_state_set: frozenset[int], sync_state_set_epoch: int) -> bool:
-        """The controller elected this broker master of `epoch`; False when the epoch is not newer."""
-        if epoch <= self.master_epoch:
+        """The controller elected this broker master of `epoch`; False when the epoch is not newer
+        than the one this process applied, or older than the last epoch of its log (a restarted
+        master may take its own last epoch again)."""
+        if epoch <= self.master_epoch or self._older_than_log(epoch):
             return False
         if self.slave is not None:
             await self.slave.stop()
@@ -188,8 +190,10 @@ class Broker:
     async def become_slave(self, epoch: int, master_id: int, master_address: str) -> bool:
         """The controller named another broker master of `epoch`; False when the epoch is older,
         or when it is the epoch this broker already follows. The caller then aligns the log with
-        the new master's (`align_with`) and follows it."""
-        if epoch < self.master_epoch or epoch == self.master_epoch and self.role is BrokerRole.SLAVE:
+        the new master's (`align_with`) and follows it. An epoch older than the last of this log
+        is refused too."""
+        if epoch < self.master_epoch or epoch == self.master_epoch and self.role is BrokerRole.SLAVE \
+                or self._older_than_log(epoch):
             return False
         was_master = self.replication is not None
         if was_master:
@@ -205,6 +209,16 @@ class Broker:
         self.topics_changed.set()
         log.warning("slave of %s at epoch %d: master %d at %s%s", self.config["brokerName"], epoch, master_id,
                     master_address, " (was master)" if was_master else "")
+        return True
+
+    def _older_than_log(self, epoch: int) -> bool:
+        """Spec 2.9: a role of an epoch older than the last one this log holds is refused, so after
+        a restart the epoch file, not the process's memory, is the floor. Only stale controller
+        data (or a broker set cleaned at the controller while its stores were kept) leads here,
+        and only an operator can mend that: said loudly."""
+        if epoch >= self.epochs.last_epoch:
+            return False
+        log.error("refusing a role of master epoch %d: this log already holds epoch %d", epoch, self.epochs.last_epoch)
         return True
 
     def align_with(self, master_epochs: EpochCache, master_max_offset: int) -> int:

@@ -13,6 +13,7 @@ master's SyncStateSet upkeep and the hand-over to a preferred master.
 * Hand-over: asked by the leader, a master refuses new sends (a retriable SERVICE_NOT_AVAILABLE),
   waits up to preferredMasterHandOverTimeoutMillis for the preferred broker to hold every byte, then
   asks for the designated election of it; otherwise it resumes and the leader asks again later.
+  An election request left unanswered keeps the writes fenced until the controller says who leads.
 """
 
 import asyncio
@@ -68,17 +69,20 @@ class ControllerLink:
         await asyncio.gather(self._heartbeats(), self._poll(), self._keep_sync_state_set())
 
     async def _poll(self) -> None:
-        request = pb.BrokerSetRequest(**self._names)
         while True:
             await asyncio.sleep(self.config["syncBrokerMetadataPeriod"] / 1000)
             try:
-                reply = await self.client.call("GetReplicaInfo", request)
-                if reply.code == Code.SUCCESS:
-                    await self.apply(reply)
+                await self.apply(await self._replica_info())
             except ClientError as error:
                 log.debug("polling the controller failed: %s", error)
             except Exception:  # a bug must not end the polling for good
                 log.exception("applying the controller's replica info failed")
+
+    async def _replica_info(self) -> pb.ControllerReply:
+        reply = await self.client.call("GetReplicaInfo", pb.BrokerSetRequest(**self._names))
+        if reply.code != Code.SUCCESS:
+            raise ClientError(Code(reply.code).name, reply.message or "no replica info")
+        return reply
 
     async def close(self) -> None:
         for task in (self._hand_over, self._aligning):
@@ -338,17 +342,24 @@ class ControllerLink:
                     log.warning("preferred broker %d did not catch up in time; this master resumes", target)
                     return False
                 await asyncio.sleep(HAND_OVER_POLL_S)
-            reply = await self.client.call("ElectMaster", pb.ElectMasterRequest(
-                **self._names, broker_id=target, designated=True))
-            if reply.code != Code.SUCCESS:
-                log.warning("hand-over to %d refused: %s %s", target, Code(reply.code).name, reply.message)
-                return False
-            log.warning("handed the master role to preferred broker %d (epoch %d)", target, reply.master_epoch)
+            try:
+                reply = await self.client.call("ElectMaster", pb.ElectMasterRequest(
+                    **self._names, broker_id=target, designated=True))
+            except ClientError as error:
+                # The election may have committed though its answer was lost: writes taken now at
+                # this epoch could be acknowledged and then cut by the new master. Stay fenced
+                # until the controller tells who leads.
+                log.warning("hand-over to %d: %s; writes stay fenced until the controller answers", target, error)
+                reply = await self._retry(self._replica_info)
+            else:
+                if reply.code != Code.SUCCESS:
+                    log.warning("hand-over to %d refused: %s %s", target, Code(reply.code).name, reply.message)
+                    return False
             await self.apply(reply)
-            return True
-        except ClientError as error:
-            log.warning("hand-over to %d failed: %s", target, error)
-            return False
+            moved = reply.master_id == target
+            if moved:
+                log.warning("handed the master role to preferred broker %d (epoch %d)", target, reply.master_epoch)
+            return moved
         finally:
             broker.handing_over = False
 

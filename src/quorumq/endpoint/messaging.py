@@ -87,12 +87,17 @@ def _put_status_message(put_status: PutStatus) -> str:
     return f"{put_status.send_status}: fewer replicas are in sync than the write needs; nothing was stored"
 
 
-_STORED_STATUS = {put_status: v5.Status(code=put_status.code, message=_put_status_message(put_status))
-                  for put_status in PutStatus}
+@functools.lru_cache(maxsize=len(PutStatus) * 8)
+def _stored_status(put_status: PutStatus, master_epoch: int) -> v5.Status:
+    """In controller mode the message names the master epoch that answered (the v5 result has no
+    field for it); a deposed master answers nothing, so that is the epoch that acknowledged."""
+    message = _put_status_message(put_status)
+    return v5.Status(code=put_status.code, message=f"{message} (master epoch {master_epoch})" if master_epoch
+                     else message)
 
 
-def _entry_status(result: PutResult) -> v5.Status:
-    return error_status(result.error) if result.error is not None else _STORED_STATUS[result.status]
+def _entry_status(result: PutResult, master_epoch: int) -> v5.Status:
+    return error_status(result.error) if result.error is not None else _stored_status(result.status, master_epoch)
 
 
 class MessagingService(v5_grpc.MessagingServiceServicer):
@@ -182,8 +187,9 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         response = v5s.SendMessageResponse()
         add_entry = response.entries.add  # adding in place copies less than building a list
         first_failure = None
+        master_epoch = self.broker.master_epoch
         for message, result in zip(request.messages, results):
-            entry_status = _entry_status(result)
+            entry_status = _entry_status(result, master_epoch)
             if first_failure is None and entry_status.code != CODE_OK:
                 first_failure = entry_status
             add_entry(status=entry_status, message_id=message.system_properties.message_id,
