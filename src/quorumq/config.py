@@ -105,6 +105,8 @@ KEYS: dict[str, Key] = {
     "controllerAddr": Key(str, "", B),  # host:port of every controller, separated by ;
     "brokerElectionPriority": Key(int, limits.ELECTION_PRIORITY_DEFAULT, B, live=True),
     "allAckInSyncStateSet": Key(_bool, False, B, live=True),
+    # A slave that copies the log but never joins the SyncStateSet, so it is never elected.
+    "asyncLearner": Key(_bool, False, B),
     "haMaxTimeSlaveNotCatchup": Key(int, 15_000, B, live=True),
     "brokerHeartbeatInterval": Key(int, 1000, B),
     "controllerHeartBeatTimeoutMills": Key(int, 10_000, B),
@@ -261,6 +263,12 @@ class Config:
                 raise QuorumqError(Error.CONFIG_INVALID, "enableControllerMode needs controllerAddr")
             if values["brokerElectionPriority"] < 0:
                 raise QuorumqError(Error.CONFIG_INVALID, "brokerElectionPriority must not be negative")
+            if values["asyncLearner"] and values["brokerElectionPriority"] == limits.PREFERRED_MASTER_PRIORITY:
+                raise QuorumqError(Error.CONFIG_INVALID, "an asyncLearner is never elected, so it cannot be "
+                                                         "the preferred master (brokerElectionPriority=0)")
+        elif values["asyncLearner"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "asyncLearner needs enableControllerMode: only a controller "
+                                                     "keeps a SyncStateSet")
         elif slave and broker_id < 1 or not slave and broker_id != 0:
             raise QuorumqError(Error.CONFIG_INVALID, f"brokerId {broker_id} does not fit brokerRole "
                                                      f"{values['brokerRole']}: a master is 0, a slave 1 or more")

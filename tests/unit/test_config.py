@@ -73,7 +73,10 @@ def test_replication_values_are_checked():
     for values in ({"brokerRole": "SLAVE"}, {"brokerRole": "SLAVE", "brokerId": "0"}, {"brokerId": "1"},
                    {"inSyncReplicas": "0"}, {"minInSyncReplicas": "0"}, {"haMaxGapNotInSync": "0"},
                    {"haTransferBatchSize": str(64 * 1024 * 1024)},
-                   {"haSendHeartbeatInterval": "5000", "haHousekeepingInterval": "5000"}):
+                   {"haSendHeartbeatInterval": "5000", "haHousekeepingInterval": "5000"},
+                   {"asyncLearner": "true"},  # a learner needs a controller's SyncStateSet
+                   {"asyncLearner": "true", "enableControllerMode": "true", "controllerAddr": "127.0.0.1:1",
+                    "brokerElectionPriority": "0"}):  # a learner is never elected: it cannot be preferred
         with pytest.raises(QuorumqError) as caught:
             Config(Kind.BROKER, values)
         assert caught.value.error is Error.CONFIG_INVALID

@@ -28,8 +28,9 @@ def address(broker_id: int) -> str:
 
 
 def live(broker_id: int, epoch: int = 0, offset: int = 0, priority: int = cs.PRIORITY_DEFAULT,
-         heard_ms: int = NOW, timeout_ms: int = TIMEOUT_MS) -> cs.LiveBroker:
-    return cs.LiveBroker(broker_id, address(broker_id), heard_ms, timeout_ms, epoch, offset, offset, priority)
+         heard_ms: int = NOW, timeout_ms: int = TIMEOUT_MS, async_learner: bool = False) -> cs.LiveBroker:
+    return cs.LiveBroker(broker_id, address(broker_id), heard_ms, timeout_ms, epoch, offset, offset, priority,
+                         async_learner)
 
 
 def alive(*entries) -> dict[int, cs.LiveBroker]:
@@ -253,6 +254,20 @@ def test_scenario_41_unclean_election_picks_the_best_live_broker():
     data = alive(live(2, offset=5), live(3, offset=9))
     reply, _, after = run(broker_set, controller_elect(), data, UNCLEAN)
     assert state(reply) == (Code.SUCCESS, 3, 2, {3}, 2) and after.sync_state_set == {3}
+
+
+def test_decision_13_an_async_learner_is_never_elected():
+    """#10013: not by unclean election though it ranks best, not by an admin's designation, not
+    as the first broker asking; RocketMQ's controller knows nothing of learners."""
+    broker_set = elected(1, 1, 2, 3)
+    data = alive(live(2, offset=5), live(3, offset=9, async_learner=True))
+    reply, _, _ = run(broker_set, controller_elect(), data, UNCLEAN)
+    assert state(reply) == (Code.SUCCESS, 2, 2, {2}, 2)
+    reply, events, _ = run(broker_set, cs.ElectMaster("C", "b", 3, Trigger.ADMIN), data, UNCLEAN)
+    assert reply.code is Code.CONTROLLER_ELECT_MASTER_FAILED and events == ()
+    reply, events, _ = run(registered(1, 2), cs.ElectMaster("C", "b", 1, Trigger.BROKER),
+                           alive(live(1, async_learner=True)))
+    assert reply.code is Code.CONTROLLER_ELECT_MASTER_FAILED and events == ()
 
 
 # Scenarios 42 and 49: liveness with numbers.

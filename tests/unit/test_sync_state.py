@@ -29,6 +29,13 @@ def test_a_slave_joins_only_when_caught_up_past_confirm_and_epoch_start():
     assert expanded(SyncStateSet(frozenset({1, 2}), 2), 2, 1000, True, 0, 0) is None  # already a member
 
 
+def test_scenario_24_an_async_learner_never_joins_however_caught_up():
+    current = SyncStateSet(frozenset({MASTER}), epoch=1)
+    assert expanded(current, 2, 1000, caught_up=True, confirm_offset=0, epoch_start_offset=0) == {1, 2}
+    assert expanded(current, 2, 1000, caught_up=True, confirm_offset=0, epoch_start_offset=0,
+                    async_learner=True) is None
+
+
 def test_the_next_proposal_builds_on_the_pending_one():
     """Decision 3: two changes in a row never report a stale set."""
     pending = SyncStateSet(frozenset({1, 2, 3}), epoch=4, pending=frozenset({1, 2}))

@@ -133,7 +133,8 @@ class Broker:
             self.store, master_host=host, master_port=port,
             broker_id=self.controller_id if self.controller_mode else self.config["brokerId"],
             cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
-            acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", epochs=self.epochs,
+            acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", async_learner=self.config["asyncLearner"],
+            epochs=self.epochs,
             epoch_file=self.epoch_file if self.controller_mode else None, known_epoch=self.master_epoch,
             **self._ha_intervals())
 

@@ -175,7 +175,10 @@ class ControllerLink:
             await channel.close()
 
     async def _elect(self) -> None:
-        """No master: ask to be elected (the controller picks the best candidate of the set)."""
+        """No master: ask to be elected (the controller picks the best candidate of the set); a
+        learner waits for a master instead."""
+        if self.config["asyncLearner"]:
+            return
         reply = await self.client.call("ElectMaster", pb.ElectMasterRequest(
             **self._names, broker_id=self.broker.controller_id))
         if reply.code in (Code.SUCCESS, Code.CONTROLLER_MASTER_STILL_EXIST) and reply.master_id > 0:
@@ -191,7 +194,7 @@ class ControllerLink:
             **self._names, broker_id=broker.controller_id, address=broker.address, ha_address=broker.ha_address,
             epoch=broker.epochs.last_epoch, max_offset=broker.store.max_offset,
             confirm_offset=self.confirm_offset(), election_priority=self.config["brokerElectionPriority"],
-            timeout_ms=self.config["controllerHeartBeatTimeoutMills"])
+            timeout_ms=self.config["controllerHeartBeatTimeoutMills"], async_learner=self.config["asyncLearner"])
 
     async def _heartbeat_source(self):
         while True:
@@ -281,18 +284,21 @@ class ControllerLink:
     async def _expand(self) -> None:
         broker = self.broker
         epoch_start = broker.epochs.entries[-1].start_offset if broker.epochs.entries else 0
+        handshakes = broker.replication.slaves
         for slave_id, progress in broker.replication.tracker.slaves.items():
-            if progress.ack_offset is None:
+            if progress.ack_offset is None or slave_id not in handshakes:
                 continue
-            proposal = expanded(broker.sync_state, slave_id, progress.ack_offset,
-                                slave_id in self._caught_up_ms, self.confirm_offset(), epoch_start)
+            proposal = expanded(broker.sync_state, slave_id, progress.ack_offset, slave_id in self._caught_up_ms,
+                                self.confirm_offset(), epoch_start, handshakes[slave_id].async_learner)
             if proposal is not None:
                 await self._report(proposal)
                 return
 
     async def _shrink(self, now_ms: float) -> None:
         broker = self.broker
-        connected = set(broker.replication.tracker.slaves)
+        # A learner counts as gone: one that was a member before it became a learner leaves.
+        connected = {slave_id for slave_id, handshake in broker.replication.slaves.items()
+                     if not handshake.async_learner}
         for slave_id in list(self._caught_up_ms):
             if slave_id not in connected:
                 del self._caught_up_ms[slave_id]

@@ -56,6 +56,9 @@ Decisions on RocketMQ's quirks, KEEP or FIX:
 12. FIX. A BrokerSet cannot be built in a state that breaks its invariants (ValueError), so
     `from_json` refuses a malformed or inconsistent node, and one with unknown keys: a node from a
     newer format is refused rather than rewritten without its new fields.
+13. FIX (#10013). A broker whose heartbeats say asyncLearner is never a candidate: not in the
+    first election it asks for, not among the SyncStateSet (it never joins it), not in an unclean
+    election. RocketMQ's controller knows nothing of learners and can elect one.
 """
 
 import json
@@ -217,6 +220,7 @@ class LiveBroker:
     max_offset: int
     confirm_offset: int
     priority: int = PRIORITY_DEFAULT  # brokerElectionPriority: lower is preferred
+    async_learner: bool = False  # asyncLearner: copies the log, never joins the SyncStateSet or wins
 
     def active(self, now_ms: int) -> bool:
         """isBrokerActive: heard from within its timeout (the bound is inclusive)."""
@@ -476,11 +480,16 @@ def _rank(live: Mapping[int, LiveBroker], broker_id: int) -> tuple[int, int, int
     return -entry.epoch, -entry.max_offset, entry.priority, broker_id
 
 
+def _is_learner(live: Mapping[int, LiveBroker], broker_id: int) -> bool:
+    return broker_id in live and live[broker_id].async_learner
+
+
 def _try_elect(candidates: Iterable[int], live: Mapping[int, LiveBroker], now_ms: int, old: int | None,
                prefer: int | None) -> int | None:
     """One pass of the policy: a designated broker if it is an active candidate; otherwise the
-    old master while it is active, else the best-ranked active candidate."""
-    active = [broker_id for broker_id in candidates if _is_active(live, broker_id, now_ms)]
+    old master while it is active, else the best-ranked active candidate. Learners never are."""
+    active = [broker_id for broker_id in candidates
+              if _is_active(live, broker_id, now_ms) and not _is_learner(live, broker_id)]
     if prefer is not None:
         return prefer if prefer in active else None
     if old in active:
@@ -509,7 +518,7 @@ def _decide_elect(broker_set: BrokerSet | None, live: Mapping[int, LiveBroker], 
     if broker_set is None:
         return _refused(Code.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, None, f"{request.name} has no brokers")
     if broker_set.master_epoch == 0:
-        return _first_election(broker_set, request)
+        return _first_election(broker_set, live, request)
     prefer = request.broker_id if request.trigger is Trigger.ADMIN else None
     elected = _elect(broker_set, live, now_ms, prefer, settings)
     old = broker_set.master_id
@@ -525,8 +534,12 @@ def _decide_elect(broker_set: BrokerSet | None, live: Mapping[int, LiveBroker], 
                     "the master is lost and no broker of the SyncStateSet is alive")
 
 
-def _first_election(broker_set: BrokerSet, request: ElectMaster) -> Decision:
-    """Master epoch 0: the registered broker that asks wins, alive or not (decision 2)."""
+def _first_election(broker_set: BrokerSet, live: Mapping[int, LiveBroker], request: ElectMaster) -> Decision:
+    """Master epoch 0: the registered broker that asks wins, alive or not (decision 2), unless
+    its heartbeats say it is a learner (decision 13)."""
+    if _is_learner(live, request.broker_id):
+        return _refused(Code.CONTROLLER_ELECT_MASTER_FAILED, broker_set,
+                        f"broker {request.broker_id} is an asyncLearner")
     if request.broker_id in broker_set.brokers:
         return _decided(broker_set, (MasterElected(request.broker_id),))
     if request.trigger is Trigger.CONTROLLER:

@@ -1,7 +1,8 @@
 """The replication stream's wire format, sans I/O (in the manner of h11).
 
 One TCP connection per slave. The slave opens it and sends a HANDSHAKE (who it is, where its
-commit log ends, the epoch it knows, whether it acks fsync'd or written bytes), then ACKs (its
+commit log ends, the epoch it knows, whether it acks fsync'd or written bytes, whether it is an
+async learner that never joins the SyncStateSet), then ACKs (its
 written and flushed offsets) after writing and at least every haSendHeartbeatInterval. The master
 answers with DATA frames (whole commit-log records, read from the slave's offset on) and with a
 HEARTBEAT when it has nothing to send (its own max offset).
@@ -43,7 +44,8 @@ MAGIC = 0x51515231  # "QQR1"
 OFFSET_MAX = (1 << 63) - 1
 EPOCH_MAX = (1 << 32) - 1
 FLAG_ACKS_FLUSHED = 0x01
-_FLAGS_KNOWN = FLAG_ACKS_FLUSHED
+FLAG_ASYNC_LEARNER = 0x02
+_FLAGS_KNOWN = FLAG_ACKS_FLUSHED | FLAG_ASYNC_LEARNER
 
 
 class ProtocolError(Exception):
@@ -125,13 +127,15 @@ class Handshake:
     max_offset: int
     epoch: int
     acks_flushed: bool  # its acks count fsync'd bytes (SYNC_FLUSH), not written ones
+    async_learner: bool = False  # asyncLearner: it copies everything but never joins the SyncStateSet
 
     def __post_init__(self) -> None:
         _check_int("broker id", self.broker_id, 1, OFFSET_MAX)  # 0 is the master's id
         _check_int("max offset", self.max_offset, 0, OFFSET_MAX)
         _check_int("epoch", self.epoch, 0, EPOCH_MAX)
-        if type(self.acks_flushed) is not bool:
-            raise LocalProtocolError("acks_flushed must be a bool")
+        for flag in (self.acks_flushed, self.async_learner):
+            if type(flag) is not bool:
+                raise LocalProtocolError("acks_flushed and async_learner must be bools")
         for name in (self.cluster_name, self.broker_name):
             if type(name) is not str or not 0 < len(name.encode()) <= limits.NAME_LENGTH_MAX:
                 raise LocalProtocolError(f"name {name!r} must have 1..{limits.NAME_LENGTH_MAX} bytes")
@@ -198,7 +202,8 @@ def _decode_handshake(fields: tuple, data: bytes) -> Event:
         broker_name = data[cluster_length:].decode()
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"handshake names are not UTF-8: {exc}") from None
-    return Handshake(broker_id, cluster_name, broker_name, max_offset, epoch, bool(flags & FLAG_ACKS_FLUSHED))
+    return Handshake(broker_id, cluster_name, broker_name, max_offset, epoch, bool(flags & FLAG_ACKS_FLUSHED),
+                     bool(flags & FLAG_ASYNC_LEARNER))
 
 
 def _decode_ack(fields: tuple, data: bytes) -> Event:
@@ -233,7 +238,7 @@ def encode_frame(event: Event) -> bytes:
                                          event.offset, event.confirm_offset), b"")
     if isinstance(event, Handshake):
         cluster = event.cluster_name.encode()
-        flags = FLAG_ACKS_FLUSHED if event.acks_flushed else 0
+        flags = (FLAG_ACKS_FLUSHED if event.acks_flushed else 0) | (FLAG_ASYNC_LEARNER if event.async_learner else 0)
         return _frame(_HANDSHAKE_HEADER, (MAGIC, FrameType.HANDSHAKE, event.broker_id, event.max_offset,
                                           event.epoch, flags, len(cluster)), cluster + event.broker_name.encode())
     if isinstance(event, Ack):

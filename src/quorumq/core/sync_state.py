@@ -6,10 +6,10 @@ Decisions, KEEP or FIX against RocketMQ:
 
 1. KEEP. A slave joins (expand) once it has caught up: its ack reached what the master held when
    it last sent to it, the master's confirm offset, and the start of the current epoch (so a
-   slave never joins holding only an older epoch's tail).
+   slave never joins holding only an older epoch's tail). An asyncLearner never joins.
 2. KEEP. A member leaves (shrink) when it has not been caught up for haMaxTimeSlaveNotCatchup,
    when it has never been caught up under this master, or at once when its connection is lost.
-   The master itself always stays.
+   The master itself always stays. (The master counts an asyncLearner as not connected.)
 3. FIX (#7219, PR #9897). One change at a time: while a proposal waits for the controller, the
    next one is computed from the proposal, never from an older set, so two slaves dropping at
    once cannot report a stale set.
@@ -44,10 +44,10 @@ class SyncStateSet:
 
 
 def expanded(sync_state_set: SyncStateSet, slave_id: int, ack_offset: int, caught_up: bool,
-             confirm_offset: int, epoch_start_offset: int) -> frozenset[int] | None:
+             confirm_offset: int, epoch_start_offset: int, async_learner: bool = False) -> frozenset[int] | None:
     """The set to propose when `slave_id` has caught up, or None (decision 1)."""
     base = sync_state_set.base
-    if slave_id in base or not caught_up:
+    if slave_id in base or not caught_up or async_learner:
         return None
     if ack_offset < confirm_offset or ack_offset < epoch_start_offset:
         return None

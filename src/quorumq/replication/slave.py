@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 class ReplicationSlave:
     def __init__(self, store: MessageStore, *, master_host: str, master_port: int, broker_id: int,
-                 cluster_name: str, broker_name: str, acks_flushed: bool = False,
+                 cluster_name: str, broker_name: str, acks_flushed: bool = False, async_learner: bool = False,
                  epochs: EpochCache | None = None, epoch_file: EpochFile | None = None, known_epoch: int = 0,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
@@ -63,6 +63,7 @@ class ReplicationSlave:
         self.cluster_name = cluster_name
         self.broker_name = broker_name
         self.acks_flushed = acks_flushed
+        self.async_learner = async_learner
         self._epochs = epochs
         self._epoch_file = epoch_file
         self.known_epoch = known_epoch  # the master epoch the controller announced (0 without one)
@@ -136,7 +137,8 @@ class ReplicationSlave:
         try:
             log_epoch = self._epochs.last_epoch if self._epochs is not None else 0
             writer.write(codec.encode(Handshake(self.broker_id, self.cluster_name, self.broker_name,
-                                                self._store.max_offset, log_epoch, self.acks_flushed)))
+                                                self._store.max_offset, log_epoch, self.acks_flushed,
+                                                self.async_learner)))
             self.sessions += 1
             self._send_ack(writer, codec)
             self.connected = True
