@@ -6,9 +6,11 @@ import json
 import os
 import signal
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from harness import check_for, cli, pid_alive, start_process
+from harness import LocalCluster, check_for, cli, pid_alive, start_process
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
 
 SEND_OK = "SEND_OK"
@@ -131,3 +133,18 @@ class Group:
                     return found
                 found += [message.body for message in result.messages]
                 offset = result.next_offset
+
+
+@contextmanager
+def started_group(directory: Path, controllers: int, **options) -> Iterator[Group]:
+    """A controller-mode cluster of one group of three (`quorumq up` with SETS and LocalCluster's
+    other options) as a Group; every process stops when the block ends, whatever happened."""
+    cluster = LocalCluster(directory, replicas=3, controllers=controllers, sets=SETS, **options)
+    try:
+        group = Group(cluster.start(timeout=90))
+        try:
+            yield group
+        finally:
+            group.close()
+    finally:
+        cluster.stop()

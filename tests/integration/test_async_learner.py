@@ -9,24 +9,17 @@ import uuid
 
 import pytest
 
-from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group
-from harness import LocalCluster, check_for, stop_process
+from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, started_group
+from harness import check_for, stop_process
 
 LEARNER = 2  # the broker counted from 0 in `quorumq up`
 
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("learner"), replicas=3, controllers=1, sets=SETS,
-                           broker_sets=[f"{LEARNER}:asyncLearner=true"])
-    try:
-        group = Group(cluster.start(timeout=90))
-        try:
-            yield group
-        finally:
-            group.close()
-    finally:
-        cluster.stop()
+    with started_group(tmp_path_factory.mktemp("learner"), controllers=1,
+                       broker_sets=[f"{LEARNER}:asyncLearner=true"]) as group:
+        yield group
 
 
 def test_a_learner_copies_everything_never_joins_and_is_never_elected(group):

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
-from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group
-from harness import (LocalCluster, check_for, cli, log_end, log_since, pid_alive, start_process, stop_process,
+from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, started_group
+from harness import (check_for, cli, log_end, log_since, pid_alive, start_process, stop_process,
                      v5_message, v5_send)
 from quorumq.client import Blocking, ClientError, Message, Producer
 from quorumq.controller.server import NEW_LEADER_GRACE_S
@@ -36,15 +36,8 @@ from quorumq.controller.server import NEW_LEADER_GRACE_S
 
 @pytest.fixture(scope="module")
 def group_cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("controller"), replicas=3, controllers=2, sets=SETS)
-    try:
-        group = Group(cluster.start(timeout=90))
-        try:
-            yield group
-        finally:
-            group.close()
-    finally:
-        cluster.stop()
+    with started_group(tmp_path_factory.mktemp("controller"), controllers=2) as group:
+        yield group
 
 
 @pytest.fixture
