@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import grpc
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
@@ -239,3 +240,41 @@ def v5_send(address: str, message: v5.Message, timeout: float = 10) -> v5s.SendM
     with grpc.insecure_channel(address) as channel:
         return v5_grpc.MessagingServiceStub(channel).SendMessage(
             v5s.SendMessageRequest(messages=[message]), timeout=timeout)
+
+
+# The official client, as an application uses it.
+
+def official_message(topic: str, body: bytes, tag: str | None = None, keys: str | None = None) -> Message:
+    message = Message()
+    message.topic = topic
+    message.body = body
+    if tag:
+        message.tag = tag
+    if keys:
+        message.keys = keys
+    return message
+
+
+def configuration(cluster) -> ClientConfiguration:
+    return ClientConfiguration(cluster["access_point"], Credentials(), request_timeout=5)
+
+
+def started_producer(config: ClientConfiguration) -> Producer:
+    producer = Producer(config)
+    producer.startup()
+    return producer
+
+
+def simple_consumer(client_config, group, topic, expression="*", await_duration=2):
+    consumer = SimpleConsumer(client_config, group, {topic: FilterExpression(expression)},
+                              await_duration=await_duration)
+    consumer.startup()
+    return consumer
+
+
+def receive_all(consumer, expected: int, invisible_s: int = 30, timeout_s: float = 20.0) -> list:
+    received = []
+    deadline = time.monotonic() + timeout_s
+    while len(received) < expected and time.monotonic() < deadline:
+        received.extend(consumer.receive(32, invisible_s))
+    return received

@@ -23,6 +23,8 @@ from network import DOWN, UP, Network
 
 Heal = Callable[[], None]
 BALLAST_CHUNK = b"\0" * (1 << 20)
+CLOCK_DIR_VARIABLE = "QUORUMQ_CLOCK_DIR"  # where each process's Clock looks for its offset (F12)
+CLOCK_JUMP_MS = 3_600_000
 
 
 def _signal(process: dict, sig: int) -> None:
@@ -140,6 +142,19 @@ def impair_link(group: Group, network: Network, rng: random.Random) -> tuple[str
     return f"{what} {broker} -> {towards}", network.heal
 
 
+def clock_jump(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F12: jump a broker's wall clock an hour forward or back while it runs (its Clock reads the
+    offset from QUORUMQ_CLOCK_DIR/<pid>); heal jumps it back. Controllers and the name server time
+    everything on monotonic clocks, so brokers are where wall time lives (store timestamps)."""
+    broker = rng.choice(group.brokers)
+    offset_ms = rng.choice([-1, 1]) * CLOCK_JUMP_MS
+    offset_file = Path(os.environ[CLOCK_DIR_VARIABLE]) / str(broker["pid"])
+    staged = offset_file.with_suffix(".tmp")
+    staged.write_text(str(offset_ms))
+    os.replace(staged, offset_file)
+    return f"{offset_ms:+d} ms {broker['address']}", lambda: offset_file.unlink(missing_ok=True)
+
+
 def _written_length(segment: Path) -> int:
     """Where the zero fill of a preallocated segment begins (its written length)."""
     data = segment.read_bytes()
@@ -148,11 +163,11 @@ def _written_length(segment: Path) -> int:
 
 FAULTS: dict[str, Callable[[Group, Network, random.Random], tuple[str, Heal]]] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
-    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail,
+    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F12": clock_jump,
 }
 # How long a fault is held, and the rest after it, in seconds (drawn uniformly).
 HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F6": (5, 20),
-          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3)}
+          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F12": (10, 60)}
 REST_S = (8, 15)
 # F13, combined chaos: each time a kind drawn from all of the above, after a shorter rest.
 COMBINED = "F13"

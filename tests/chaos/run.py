@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from controller_group import SETS, Group  # noqa: E402
 from final_read import read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
-from nemesis import COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
+from nemesis import CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
 from network import Network  # noqa: E402
 from workload import Producers  # noqa: E402
 
@@ -66,6 +67,9 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     mounted = mount_small_disks(stores) if fault in ("F8", COMBINED) else []
     base_port = free_base_port()
     network = Network(base_port, replicas=3, controllers=2)
+    clock_dir = directory / "clocks"
+    clock_dir.mkdir(exist_ok=True)
+    os.environ[CLOCK_DIR_VARIABLE] = str(clock_dir)  # inherited by every process the run starts
     try:
         cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
                                base_port=base_port, broker_sets=network.broker_sets())
@@ -77,6 +81,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         final = {broker["address"]: read_replica(Path(broker["data_dir"]), TOPIC, BROKER_NAME, segment_bytes)
                  for broker in brokers}
     finally:
+        del os.environ[CLOCK_DIR_VARIABLE]
         network.close()
         history.close()
         unmount(mounted)

@@ -32,6 +32,7 @@ def test_cluster_list(shared_cluster, broker):
     [listed] = admin_json(shared_cluster, "clusterList")
     assert (listed["cluster"], listed["broker_name"], listed["broker_id"], listed["address"]) == (
         "DefaultCluster", "broker-a", 0, broker["address"])
+    assert 0 <= listed["since_heard_ms"] <= 120_000, "heard within brokerNotActiveTimeoutMillis, or dropped"
     text = admin(shared_cluster, "clusterList")
     assert text.returncode == 0 and "broker-a" in text.stdout and broker["address"] in text.stdout
 

@@ -4,24 +4,9 @@ import time
 import uuid
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
-from harness import check_for, restart_process, wait_registered
-
-
-def official_message(topic: str, body: bytes, tag: str | None = None, keys: str | None = None) -> Message:
-    message = Message()
-    message.topic = topic
-    message.body = body
-    if tag:
-        message.tag = tag
-    if keys:
-        message.keys = keys
-    return message
-
-
-def configuration(cluster) -> ClientConfiguration:
-    return ClientConfiguration(cluster["access_point"], Credentials(), request_timeout=5)
+from harness import (check_for, configuration, official_message, receive_all, restart_process, simple_consumer,
+                     started_producer, wait_registered)
 
 
 @pytest.fixture
@@ -29,32 +14,11 @@ def client_config(shared_cluster):
     return configuration(shared_cluster)
 
 
-def started_producer(config: ClientConfiguration) -> Producer:
-    producer = Producer(config)
-    producer.startup()
-    return producer
-
-
 @pytest.fixture
 def producer(client_config):
     producer = started_producer(client_config)
     yield producer
     producer.shutdown()
-
-
-def simple_consumer(client_config, group, topic, expression="*", await_duration=2):
-    consumer = SimpleConsumer(client_config, group, {topic: FilterExpression(expression)},
-                              await_duration=await_duration)
-    consumer.startup()
-    return consumer
-
-
-def receive_all(consumer, expected: int, invisible_s: int = 30, timeout_s: float = 20.0) -> list:
-    received = []
-    deadline = time.monotonic() + timeout_s
-    while len(received) < expected and time.monotonic() < deadline:
-        received.extend(consumer.receive(32, invisible_s))
-    return received
 
 
 def test_send_receive_ack(client_config, producer):

@@ -102,7 +102,7 @@ class ConsumerGroups:
     def pop(self, group: str, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
             batch: int, invisible_ms: int) -> list[Delivery]:
         """Lease up to `batch` messages: expired leases first, then new messages, queue by queue."""
-        now = self.clock.now_ms()
+        now = self.clock.monotonic_ms()  # leases live in memory only: a wall-clock jump must not expire them
         deliveries: list[Delivery] = []
         for queue_id in queue_ids:
             if len(deliveries) >= batch:
@@ -148,7 +148,7 @@ class ConsumerGroups:
         leases = self._leases.get((group, topic, queue_id))
         new_token = self._tokens.getrandbits(63)
         lease = None if leases is None else leases.change_invisible(
-            offset, token, new_token, self.clock.now_ms(), invisible_ms)
+            offset, token, new_token, self.clock.monotonic_ms(), invisible_ms)
         if lease is None:
             raise QuorumqError(Error.INVALID_RECEIPT_HANDLE,
                                "receipt handle expired: the message was delivered again or already acked")

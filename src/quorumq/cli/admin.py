@@ -113,8 +113,8 @@ async def topic_route(args: argparse.Namespace, admin: AdminClient) -> Output:
 async def cluster_list(args: argparse.Namespace, admin: AdminClient) -> Output:
     brokers = [{"cluster": b.cluster, "broker_name": b.broker_name, "broker_id": b.broker_id,
                 "address": b.address, "role": b.role, "max_offset": b.max_offset,
-                "last_update_ms": b.last_update_ms} for b in await admin.brokers()]
-    return Output(brokers, table(["cluster", "broker", "id", "address", "role", "max offset", "last update ms"],
+                "since_heard_ms": b.since_heard_ms} for b in await admin.brokers()]
+    return Output(brokers, table(["cluster", "broker", "id", "address", "role", "max offset", "ms since heard"],
                                  [list(b.values()) for b in brokers]))
 
 

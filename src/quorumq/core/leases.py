@@ -2,7 +2,8 @@
 
 A received message is leased: invisible to the group until its invisible time passes, then
 delivered again with its attempt count raised. The group's position on the queue (what a
-restart resumes from, and what is persisted) is its lowest unacked offset.
+restart resumes from, and what is persisted) is its lowest unacked offset. Times are a monotonic
+clock's milliseconds: leases live in one process's memory, so wall-clock jumps must not move them.
 """
 
 from dataclasses import dataclass

@@ -1,7 +1,8 @@
 """The name server's route table: pure state, fed registrations and the time, no I/O.
 
 A broker re-registers every `registerNameServerPeriod` with all its topics; one not heard from for
-`brokerNotActiveTimeoutMillis` is dropped with its routes.
+`brokerNotActiveTimeoutMillis` is dropped with its routes. Times are the name server's monotonic
+clock in ms, so a jump of the wall clock neither drops every broker nor keeps dead ones.
 """
 
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ def client_route(route: pb.TopicRoute | None) -> pb.TopicRoute | None:
 @dataclass
 class BrokerEntry:
     registration: pb.BrokerRegistration
-    last_update_ms: int
+    heard_ms: int  # when it last registered (monotonic)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -73,7 +74,7 @@ class RouteRegistry:
     def expire(self, now_ms: int) -> list[BrokerEntry]:
         """Drop brokers silent for longer than the timeout; return them for the log."""
         dead = [entry for entry in self.brokers.values()
-                if now_ms - entry.last_update_ms > self.not_active_timeout_ms]
+                if now_ms - entry.heard_ms > self.not_active_timeout_ms]
         for entry in dead:
             del self.brokers[entry.key]
         return dead
@@ -116,9 +117,9 @@ class RouteRegistry:
                 serving[key[:2]] = reg
         return serving
 
-    def cluster_info(self) -> pb.ClusterInfo:
+    def cluster_info(self, now_ms: int) -> pb.ClusterInfo:
         infos = [pb.BrokerInfo(cluster=reg.cluster, broker_name=reg.broker_name, broker_id=reg.broker_id,
-                               address=reg.address, role=reg.role, last_update_ms=entry.last_update_ms,
+                               address=reg.address, role=reg.role, since_heard_ms=now_ms - entry.heard_ms,
                                max_offset=reg.max_offset)
                  for entry in self.brokers.values() for reg in [entry.registration]]
         return pb.ClusterInfo(brokers=sorted(infos, key=lambda b: (b.cluster, b.broker_name, b.broker_id)))

@@ -27,7 +27,7 @@ class NameServerService(pb_grpc.NameServerServicer):
         self.clock = clock
 
     async def RegisterBroker(self, request, context):
-        return self.registry.register(request, self.clock.now_ms())
+        return self.registry.register(request, self.clock.monotonic_ms())
 
     async def UnregisterBroker(self, request, context):
         self.registry.unregister(request.cluster, request.broker_name, request.broker_id)
@@ -41,7 +41,7 @@ class NameServerService(pb_grpc.NameServerServicer):
         return route
 
     async def GetClusterInfo(self, request, context):
-        return self.registry.cluster_info()
+        return self.registry.cluster_info(self.clock.monotonic_ms())
 
     async def GetBrokerMemberGroup(self, request, context):
         return self.registry.member_group(request.cluster, request.broker_name)
@@ -72,7 +72,7 @@ class RouteOnlyMessagingService(v5_grpc.MessagingServiceServicer):
 async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        for entry in registry.expire(clock.now_ms()):
+        for entry in registry.expire(clock.monotonic_ms()):
             reg = entry.registration
             log.warning("broker %s/%s id %d at %s not heard from for %d ms: dropped", reg.cluster,
                         reg.broker_name, reg.broker_id, reg.address, registry.not_active_timeout_ms)
