@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,7 +153,15 @@ def git_commit() -> str:
     return done.stdout.strip()
 
 
+def _interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> int:
+    # Started in the background (`make chaos &`) a run ignores SIGINT; either signal must end it
+    # through its `finally` blocks, which stop every process it started and unmount its disks.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(description="seeded chaos runs against a controller-mode broker group")
     parser.add_argument("--faults", default=",".join(FAULT_KINDS), help=f"comma-separated, of {', '.join(FAULT_KINDS)}")
     parser.add_argument("--count", type=int, default=1, help="runs of each fault")
