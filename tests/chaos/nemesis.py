@@ -19,6 +19,7 @@ from typing import Callable
 from controller_group import Group
 from harness import pid_alive, start_process
 from history import History
+from quorumq.store.message_store import FSYNC_LOG_NAME
 from network import DOWN, UP, Network
 
 Heal = Callable[[], None]
@@ -90,13 +91,18 @@ def disk_full(group: Group, network: Network, rng: random.Random) -> tuple[str, 
     return broker["address"], lambda: ballast.unlink(missing_ok=True)
 
 
+def _dead(process: dict) -> None:
+    """SIGKILL the process and wait until it is gone, so its files can be changed."""
+    _signal(process, signal.SIGKILL)
+    while pid_alive(process["pid"]):
+        time.sleep(0.01)
+
+
 def torn_tail(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F9: SIGKILL a broker, then overwrite the end of its commit log with garbage from a random
     byte inside its last records; the restart must cut there and fetch the rest again."""
     broker = rng.choice(group.brokers)
-    _signal(broker, signal.SIGKILL)
-    while pid_alive(broker["pid"]):
-        time.sleep(0.01)
+    _dead(broker)
     segments = sorted((Path(broker["data_dir"]) / "commitlog").glob("[0-9]*"))
     if segments:
         last = segments[-1]
@@ -155,6 +161,34 @@ def clock_jump(group: Group, network: Network, rng: random.Random) -> tuple[str,
     return f"{offset_ms:+d} ms {broker['address']}", lambda: offset_file.unlink(missing_ok=True)
 
 
+def power_loss(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F11: a power cut of one broker, or of all three at once (one time in four): SIGKILL, then
+    every commit-log byte past what the store had fsynced (it records that offset under
+    QUORUMQ_FSYNC_LOG) is lost, as the page cache is. Restarted at heal. The checkpoint and epoch
+    files are written whole and fsynced, and consume queues are rebuilt from the log past the
+    checkpoint, so the commit log is what a power cut takes."""
+    brokers = list(group.brokers) if rng.random() < 0.25 else [rng.choice(group.brokers)]
+    for broker in brokers:
+        _dead(broker)
+    for broker in brokers:
+        _lose_unsynced(Path(broker["data_dir"]))
+    return " ".join(broker["address"] for broker in brokers), lambda: [start_process(b) for b in brokers]
+
+
+def _lose_unsynced(store: Path) -> None:
+    """Zero every commit-log byte at or past the fsynced offset: the preallocated segments are on
+    disk, their unsynced contents are not."""
+    fsynced = int((store / FSYNC_LOG_NAME).read_bytes() or b"0")
+    for segment in sorted((store / "commitlog").glob("[0-9]*")):
+        start = max(fsynced - int(segment.name), 0)
+        length = _written_length(segment)
+        if start < length:
+            with open(segment, "r+b") as data:
+                data.seek(start)
+                data.write(bytes(length - start))
+                os.fsync(data.fileno())
+
+
 def _written_length(segment: Path) -> int:
     """Where the zero fill of a preallocated segment begins (its written length)."""
     data = segment.read_bytes()
@@ -163,11 +197,11 @@ def _written_length(segment: Path) -> int:
 
 FAULTS: dict[str, Callable[[Group, Network, random.Random], tuple[str, Heal]]] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
-    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F12": clock_jump,
+    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F11": power_loss, "F12": clock_jump,
 }
 # How long a fault is held, and the rest after it, in seconds (drawn uniformly).
 HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F6": (5, 20),
-          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F12": (10, 60)}
+          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F11": (5, 15), "F12": (10, 60)}
 REST_S = (8, 15)
 # F13, combined chaos: each time a kind drawn from all of the above, after a shorter rest.
 COMBINED = "F13"

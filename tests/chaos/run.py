@@ -31,6 +31,7 @@ from harness import LocalCluster, free_base_port, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
 from nemesis import CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
 from network import Network  # noqa: E402
+from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
 from workload import Producers  # noqa: E402
 
 TOPIC = "ChaosTopic"
@@ -70,7 +71,8 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     network = Network(base_port, replicas=3, controllers=2)
     clock_dir = directory / "clocks"
     clock_dir.mkdir(exist_ok=True)
-    os.environ[CLOCK_DIR_VARIABLE] = str(clock_dir)  # inherited by every process the run starts
+    # Inherited by every process the run starts: F12 jumps clocks, F11 cuts logs to what was fsynced.
+    os.environ.update({CLOCK_DIR_VARIABLE: str(clock_dir), FSYNC_LOG_VARIABLE: "1"})
     try:
         cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
                                base_port=base_port, broker_sets=network.broker_sets())
@@ -82,7 +84,8 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         final = {broker["address"]: read_replica(Path(broker["data_dir"]), TOPIC, BROKER_NAME, segment_bytes)
                  for broker in brokers}
     finally:
-        del os.environ[CLOCK_DIR_VARIABLE]
+        for variable in (CLOCK_DIR_VARIABLE, FSYNC_LOG_VARIABLE):
+            del os.environ[variable]
         network.close()
         history.close()
         unmount(mounted)

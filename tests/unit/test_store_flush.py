@@ -8,6 +8,7 @@ import threading
 from test_store_support import STORE_HOST, SEGMENT_BYTES, ManualClock, message, open_store
 
 from quorumq.store import Flusher, MessageStore
+from quorumq.store.message_store import FSYNC_LOG_NAME, FSYNC_LOG_VARIABLE
 
 
 async def test_group_commit_serves_many_waiters_with_few_syncs(tmp_path):
@@ -105,4 +106,17 @@ def test_flush_thread_beside_appends(tmp_path):
         thread.join()
     assert flushed == sorted(flushed) and store.flush() == store.max_offset
     assert store.max_offset > 10 * SEGMENT_BYTES
+    store.close()
+
+
+def test_with_the_fsync_log_on_the_store_records_what_it_fsynced(tmp_path, monkeypatch):
+    """The fault suite's power cut (F11) cuts the log back to this offset: it must name the end of
+    the last completed flush, never a byte beyond it."""
+    monkeypatch.setenv(FSYNC_LOG_VARIABLE, "1")
+    store = open_store(tmp_path / "s")
+    fsync_log = tmp_path / "s" / FSYNC_LOG_NAME
+    written = store.append([message(1)]).end_offset
+    assert int(fsync_log.read_bytes() or b"0") < written, "appended is not fsynced"
+    assert store.flush() == written
+    assert int(fsync_log.read_bytes()) == written
     store.close()

@@ -118,6 +118,12 @@ def _record_bytes(data: memoryview, position: int) -> bytes:
     return bytes(data[position:position + size])
 
 
+# Fault tests model a power cut by cutting the commit log back to what was fsynced: with this set in
+# the environment, the store keeps that offset in storeRoot/fsynced (20 digits), rewritten in place.
+FSYNC_LOG_VARIABLE = "QUORUMQ_FSYNC_LOG"
+FSYNC_LOG_NAME = "fsynced"
+
+
 class MessageStore:
     def __init__(self, root: Path, *, segment_bytes: int, store_host: str, clock: Clock,
                  consume_queue_entries_per_file: int = limits.CONSUME_QUEUE_ENTRIES_PER_FILE) -> None:
@@ -146,6 +152,7 @@ class MessageStore:
         self._corrupt_offset: int | None = None
         self._write_failure: str | None = None
         self._lock_fd = -1
+        self._fsync_log_fd = -1
         self.sync_count = 0  # commit-log fdatasync calls, to observe group commit
 
     # Properties.
@@ -177,6 +184,8 @@ class MessageStore:
         assert not self.is_open, "store is already open"
         self.root.mkdir(parents=True, exist_ok=True)
         self._take_lock()
+        if os.environ.get(FSYNC_LOG_VARIABLE):
+            self._fsync_log_fd = os.open(self.root / FSYNC_LOG_NAME, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             return self._recover()
         except BaseException:
@@ -274,6 +283,9 @@ class MessageStore:
         self._last_checkpoint = None
         self._write_offset = self._dispatched_offset = self._flushed_offset = 0
         self._corrupt_offset = self._write_failure = None
+        if self._fsync_log_fd >= 0:
+            os.close(self._fsync_log_fd)
+            self._fsync_log_fd = -1
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -659,6 +671,8 @@ class MessageStore:
             if target > self._flushed_offset:
                 self.sync_count += self._commit_log.sync(self._flushed_offset, target)
                 self._flushed_offset = target
+                if self._fsync_log_fd >= 0:
+                    os.pwrite(self._fsync_log_fd, b"%020d" % target, 0)
             return self._flushed_offset
 
     def checkpoint(self) -> None:
