@@ -32,6 +32,7 @@ from harness import (check_for, cli, log_end, log_since, pid_alive, start_proces
                      v5_message, v5_send)
 from quorumq.client import Blocking, ClientError, Message, Producer
 from quorumq.controller.server import NEW_LEADER_GRACE_S
+from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +123,27 @@ def test_a_deposed_master_truncates_what_only_it_held(group):
     assert "truncating" in log_since(old_master, logged_before)
     bodies = group.bodies(topic)
     assert bodies[0] == b"replicated" and bodies[-1] == b"on-the-new-master"
+
+
+def test_consumers_read_only_what_every_member_of_the_sync_state_set_holds(group):
+    """Scenario 31 on the master: with allAckInSyncStateSet a send the slaves did not get
+    (FLUSH_SLAVE_TIMEOUT: they are stopped) is stored but no consumer reads it, since a failover
+    could cut it; once the slaves hold it, it is read."""
+    topic = group.new_topic()
+    assert group.send(topic, b"held-by-all") == SEND_OK
+    master, slaves = group.master(), group.slaves()
+    group.admin.update_broker_config("slaveTimeout", "300", address=master["address"])
+    for slave in slaves:
+        os.kill(slave["pid"], signal.SIGSTOP)
+    try:
+        assert group.send(topic, b"on-the-master-only") == "FLUSH_SLAVE_TIMEOUT"
+        assert group.bodies(topic) == [b"held-by-all"]
+    finally:
+        for slave in slaves:
+            os.kill(slave["pid"], signal.SIGCONT)
+        group.admin.update_broker_config("slaveTimeout", str(SLAVE_TIMEOUT_MS_DEFAULT), address=master["address"])
+    check_for(SETTLE_S, 0.2, lambda: group.bodies(topic) == [b"held-by-all", b"on-the-master-only"],
+              "the send read once the slaves hold it")
 
 
 def test_a_slave_whose_log_is_corrupt_cuts_it_and_fetches_the_rest_again(group):

@@ -112,6 +112,26 @@ def test_get_statuses(tmp_path):
     store.close()
 
 
+def test_reads_end_where_the_store_is_told_records_are_readable(tmp_path):
+    """Controller mode bounds reads by what every SyncStateSet member holds: a record past the
+    bound is stored but read as not there yet, on every queue and from any offset."""
+    store = open_store(tmp_path / "s")
+    appended = store.append([message(0), message(1, queue_id=1), message(2), message(3)])
+    bound = appended.offsets[2][0]  # where message 2 starts: messages 0 and 1 are readable
+    store.readable_end = lambda: bound
+    result = store.get_messages("T", 0, 0, 10, 1 << 20)
+    assert [m.body for m in result.messages] == [message(0).body]
+    assert (result.next_offset, result.max_offset) == (1, 3), "the stored end is still reported"
+    for offset in (1, 2):  # at the bound, or past it inside what is stored
+        waiting = store.get_messages("T", 0, offset, 10, 1 << 20)
+        assert (waiting.status, waiting.messages, waiting.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, [], offset)
+    assert [m.body for m in store.get_messages("T", 1, 0, 10, 1 << 20).messages] == [message(1).body]
+    store.readable_end = lambda: appended.end_offset
+    assert [m.body for m in store.get_messages("T", 0, 1, 10, 1 << 20).messages] == \
+        [message(2).body, message(3).body]
+    store.close()
+
+
 def test_tag_filter_skips_entries_and_advances(tmp_path):
     store = open_store(tmp_path / "s")
     tags = ["red", "blue", None, "red", "green", "blue", "red"]

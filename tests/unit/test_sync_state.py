@@ -89,3 +89,23 @@ def test_all_ack_with_the_master_alone_needs_nothing_and_times_out_without_membe
     tracker.set_sync_state_set(frozenset({2}))
     assert tracker.add_waiter("waits", 50, ALL_ACK, deadline=1.0) is None
     assert tracker.expire(1.0) == [("waits", PutStatus.FLUSH_SLAVE_TIMEOUT)]
+
+
+def test_what_every_member_holds_is_the_least_ack_and_unknown_while_a_member_is_silent():
+    """Scenario 31's bound for reads: the master's end when alone, the least member ack (never
+    past the master's end) when every member has acked, unknown while one has not."""
+    tracker = AckTracker()
+    assert tracker.all_members_hold(500) == 500
+    tracker.set_sync_state_set(frozenset({2, 3}))
+    sessions = {slave: tracker.attach(slave, 0) for slave in (2, 3)}
+    for slave in (2, 3):
+        tracker.on_sent(slave, sessions[slave], 400)
+    assert tracker.all_members_hold(500) is None
+    tracker.on_slave_ack(2, sessions[2], 400, 400)
+    assert tracker.all_members_hold(500) is None, "member 3 has not acked: its copy is unknown"
+    tracker.on_slave_ack(3, sessions[3], 300, 300)
+    assert tracker.all_members_hold(500) == 300
+    tracker.detach(3, sessions[3])
+    assert tracker.all_members_hold(500) is None
+    tracker.set_sync_state_set(frozenset({2}))
+    assert tracker.all_members_hold(350) == 350

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Collection
 
 from quorumq import limits
 from quorumq.broker.consumers import ConsumerGroups, read_messages
@@ -104,6 +104,8 @@ class Broker:
         self.master_address = ""  # a slave's master (gRPC), from the name server
         self.recent_sends = RecentSends()
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
+        self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
+        self.store.readable_end = self.readable_end
 
     def open(self) -> None:
         report = self.store.open()
@@ -212,6 +214,23 @@ class Broker:
                     master_address, " (was master)" if was_master else "")
         return True
 
+    def readable_end(self) -> int | None:
+        """Where consumers' reads end: in controller mode with allAckInSyncStateSet, at what every
+        member of the SyncStateSet holds (RocketMQ's confirm offset, spec 2.8 and scenario 31), so
+        a failover never cuts a message a consumer has read; elsewhere no bound (None). A master
+        counts its members' acks, a slave takes its master's word (each frame's confirm offset);
+        while a member's copy is unknown the bound stays where it was."""
+        if not (self.controller_mode and self.config["allAckInSyncStateSet"]):
+            return None
+        held = None
+        if self.replication is not None:
+            held = self.replication.tracker.all_members_hold(self.store.max_offset)
+        elif self.slave is not None and self.slave.master_confirm_offset is not None:
+            held = min(self.slave.master_confirm_offset, self.store.max_offset)
+        if held is not None and held > self._readable_end:
+            self._readable_end = held
+        return self._readable_end
+
     def _older_than_log(self, epoch: int) -> bool:
         """Spec 2.9: a role of an epoch older than the last one this log holds is refused, so after
         a restart the epoch file, not the process's memory, is the floor. Only stale controller
@@ -245,6 +264,7 @@ class Broker:
             log.warning("truncating %d bytes this broker alone holds (from %d)", local_max - point, point)
             self.store.truncate(point)
             self.recent_sends = RecentSends()
+            self._readable_end = min(self._readable_end, point)
         self.epochs.truncate_suffix_by_offset(point)
         self.epoch_file.save(self.epochs)
         return point
@@ -473,7 +493,7 @@ class Broker:
             raise QuorumqError(Error.TOO_MANY_REQUESTS, f"more than {limits.PENDING_SEND_MESSAGES_MAX} messages "
                                                         "wait to be stored; retry later")
 
-    async def _append(self, count: int, topics: Iterable[str], store_append: Callable[[], AppendResult],
+    async def _append(self, count: int, topics: Collection[str], store_append: Callable[[], AppendResult],
                       answer_by: float | None = None) -> tuple[PutStatus, AppendResult | None]:
         """Every send path's append: admission against the pending bound, the quorum pre-check
         (IN_SYNC_REPLICAS_NOT_ENOUGH appends nothing: no AppendResult), `store_append` (one write of
@@ -494,6 +514,9 @@ class Broker:
             for topic in topics:
                 self.arrivals.notify(topic)
             status = await self._await_copies(appended.end_offset, plan.need_ack, answer_by)
+            if self.readable_end() is not None:  # readable only now that the members hold them
+                for topic in topics:
+                    self.arrivals.notify(topic)
         finally:
             self.pending_messages -= count
         return status, appended

@@ -315,6 +315,12 @@ class AckTracker:
         acks = [progress.ack_offset for progress in self._slaves.values() if progress.ack_offset is not None]
         return min([master_offset, *acks])
 
+    def all_members_hold(self, master_offset: int) -> int | None:
+        """What every SyncStateSet member holds, capped by the master's end: what an ALL_ACK put
+        waits for. None while a member's copy is unknown (not connected, or not acking yet)."""
+        threshold = self._threshold(ALL_ACK)
+        return None if threshold is None else min(master_offset, threshold)
+
     # Waiting puts.
 
     def add_waiter(self, token: Hashable, next_offset: int, need_ack: int, deadline: float) -> PutStatus | None:

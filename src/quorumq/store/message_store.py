@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Mapping, NoReturn, Sequence
+from typing import Callable, Mapping, NoReturn, Sequence
 
 from quorumq import limits
 from quorumq.clock import Clock
@@ -151,6 +151,9 @@ class MessageStore:
         self._flushed_offset = 0
         self._corrupt_offset: int | None = None
         self._write_failure: str | None = None
+        # Where reads of the queues end (a commit-log offset), or None for no bound: a controller-mode
+        # broker bounds them by what every SyncStateSet member holds. Replication reads ignore it.
+        self.readable_end: Callable[[], int | None] = lambda: None
         self._lock_fd = -1
         self._fsync_log_fd = -1
         self.sync_count = 0  # commit-log fdatasync calls, to observe group commit
@@ -763,19 +766,32 @@ class MessageStore:
         if offset >= high:
             status = GetStatus.OFFSET_OVERFLOW_ONE if offset == high else GetStatus.OFFSET_OVERFLOW_BADLY
             return GetResult(status, [], high if offset > high else offset, low, high)
-        matched, next_offset = self._match_entries(queue, offset, max(1, max_count), max_bytes, tag_hashes)
+        readable = self._readable_high(queue, offset, high)
+        if offset == readable:  # stored, not yet readable: as at the end of the queue
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], offset, low, high)
+        matched, next_offset = self._match_entries(queue, offset, readable, max(1, max_count), max_bytes,
+                                                   tag_hashes)
         messages = self._read_messages(matched, read)
         if len(messages) < len(matched):
             next_offset = matched[len(messages)][0]
         status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, messages, next_offset, low, high)
 
-    def _match_entries(self, queue: ConsumeQueue, offset: int, max_count: int, max_bytes: int,
+    def _readable_high(self, queue: ConsumeQueue, offset: int, high: int) -> int:
+        """The first queue offset in [offset, high) whose record ends past `readable_end`, else
+        high. A queue's records lie in commit-log order, so a binary search finds it."""
+        end = self.readable_end()
+        if end is None or sum(queue.entry_at(high - 1)[:2]) <= end:
+            return high
+        return queue.first_offset_where(offset, high, lambda entry: entry[0] + entry[1] > end)
+
+    def _match_entries(self, queue: ConsumeQueue, offset: int, end: int, max_count: int, max_bytes: int,
                        tag_hashes: frozenset[int] | None) -> tuple[list[tuple[int, int, int]], int]:
-        """(queue offset, commit-log offset, size) of the entries to read, and the next offset."""
+        """(queue offset, commit-log offset, size) of the entries in [offset, end) to read, and the
+        next offset."""
         matched: list[tuple[int, int, int]] = []
         matched_bytes = 0
-        scan_end = min(queue.max_offset, offset + limits.CONSUME_QUEUE_SCAN_ENTRIES_MAX)
+        scan_end = min(end, offset + limits.CONSUME_QUEUE_SCAN_ENTRIES_MAX)
         while offset < scan_end:
             data = queue.read_entries(offset, min(_QUEUE_READ_ENTRIES, scan_end - offset))
             for commit_log_offset, size, tag in ENTRY.iter_unpack(data):
