@@ -107,6 +107,8 @@ KEYS: dict[str, Key] = {
     "allAckInSyncStateSet": Key(_bool, False, B, live=True),
     # A slave that copies the log but never joins the SyncStateSet, so it is never elected.
     "asyncLearner": Key(_bool, False, B),
+    # An empty slave copies only its master's last commit-log segment, not the whole log.
+    "syncFromLastFile": Key(_bool, False, B),
     "haMaxTimeSlaveNotCatchup": Key(int, 15_000, B, live=True),
     "brokerHeartbeatInterval": Key(int, 1000, B),
     "controllerHeartBeatTimeoutMills": Key(int, 10_000, B),

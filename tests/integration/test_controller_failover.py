@@ -1,4 +1,4 @@
-"""Controller mode on real processes (spec rocketmq-ha.md 2, 3 and scenarios 21, 25, 32, 39, 43,
+"""Controller mode on real processes (spec rocketmq-ha.md 2, 3 and scenarios 21, 25, 28, 29, 31, 32, 39, 43,
 45, 52): `quorumq up --replicas 3 --controller --controllers 2` runs a name server, a real
 ZooKeeper, two controllers and a broker group of three whose master the controllers elect.
 
@@ -18,6 +18,7 @@ SyncStateSet).
 
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
-from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, started_group
+from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
 from harness import (check_for, cli, log_end, log_since, pid_alive, start_process, stop_process,
                      v5_message, v5_send)
 from quorumq.client import Blocking, ClientError, Message, Producer
@@ -173,6 +174,76 @@ def test_a_slave_whose_log_is_corrupt_cuts_it_and_fetches_the_rest_again(group):
     check_for(SETTLE_S, 0.2, lambda: group.status(slave)["commitLogMaxOffset"]
               == group.status(master)["commitLogMaxOffset"], "the slave's log ends as the master's")
     assert "corrupt at" in log_since(slave, logged_before)
+
+
+def lose_store(broker: dict) -> None:
+    """SIGKILL a broker and delete its log, queues, checkpoint and epoch file, keeping its
+    identity and configs: a replica whose disk was replaced."""
+    stop_process(broker, signal.SIGKILL)
+    store = Path(broker["data_dir"])
+    for name in ("commitlog", "consumequeue"):
+        shutil.rmtree(store / name, ignore_errors=True)
+    for name in ("checkpoint", "epochFileCheckpoint", "epochFileCheckpoint.bak", "abort"):
+        (store / name).unlink(missing_ok=True)
+
+
+def fill_segments(group: Group, topic: str, segments: int) -> None:
+    """Acknowledged sends that span `segments` more commit-log segments of the master."""
+    segment_bytes = int(SETS["mappedFileSizeCommitLog"])
+    batch = [Message(os.urandom(100 * 1024)) for _ in range(20)]
+    for _ in range(segments * segment_bytes // (20 * 100 * 1024) + 1):
+        assert {result.status for result in group.producer.send_batch(topic, batch, queue_id=0)} == {SEND_OK}
+
+
+def logs_match(group: Group, slave: dict, master: dict) -> bool:
+    ends = [int(group.status(broker)["commitLogMaxOffset"]) for broker in (slave, master)]
+    return ends[0] == ends[1]
+
+
+def test_an_empty_slave_with_sync_from_last_file_copies_only_the_last_segment(group):
+    """Scenario 29: a slave whose store was lost comes back with syncFromLastFile=true: it copies
+    the master's last segment only, rejoins the SyncStateSet, and its log ends as the master's."""
+    topic = group.new_topic()
+    fill_segments(group, topic, 2)
+    master, slave = group.master(), group.slaves()[0]
+    lose_store(slave)
+    config = Path(slave["config"])
+    original_config = config.read_text()
+    config.write_text(original_config + "syncFromLastFile=true\n")
+    try:
+        start_process(slave)
+        group.wait_in_sync()
+        check_for(SETTLE_S, 0.2, lambda: logs_match(group, slave, master), "the slave's log ends as the master's")
+        segment_bytes = int(SETS["mappedFileSizeCommitLog"])
+        master_end = int(group.status(master)["commitLogMaxOffset"])
+        assert int(group.status(slave)["commitLogMinOffset"]) == master_end - master_end % segment_bytes > 0
+    finally:
+        config.write_text(original_config)
+    assert group.send(topic, b"after") == SEND_OK
+
+
+def test_an_empty_slave_starts_where_the_masters_log_now_begins(group):
+    """Scenario 28: the master deleted its oldest segments (retention); a slave whose store was
+    lost copies from the master's first segment left, rather than being refused for ever."""
+    topic = group.new_topic()
+    fill_segments(group, topic, 2)
+    master, slave = group.master(), group.slaves()[0]
+    lose_store(slave)
+    retention = {"fileReservedTime": "0", "deleteWhen": ";".join(map(str, range(24))), "cleanResourceInterval": "200"}
+    defaults = {key: group.admin.broker_config(master["address"])[key] for key in retention}
+    for key, value in retention.items():
+        group.admin.update_broker_config(key, value, address=master["address"])
+    try:
+        check_for(SETTLE_S, 0.2, lambda: int(group.status(master)["commitLogMinOffset"]) > 0,
+                  "the master deleted its oldest segments")
+    finally:
+        for key, value in defaults.items():
+            group.admin.update_broker_config(key, value, address=master["address"])
+    start_process(slave)
+    group.wait_in_sync()
+    check_for(SETTLE_S, 0.2, lambda: logs_match(group, slave, master), "the slave's log ends as the master's")
+    assert int(group.status(slave)["commitLogMinOffset"]) == int(group.status(master)["commitLogMinOffset"]) > 0
+    assert group.send(topic, b"after") == SEND_OK
 
 
 def test_the_controller_leader_dies_and_the_other_serves_the_same_state(group):

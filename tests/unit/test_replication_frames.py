@@ -94,7 +94,7 @@ def test_round_trip_slave_to_master_and_the_sender_side_encodes_the_same_bytes()
 def test_round_trip_edge_values():
     big = (1 << 63) - 1
     cases = [
-        Handshake(big, "c" * limits.NAME_LENGTH_MAX, "b" * limits.NAME_LENGTH_MAX, big, (1 << 32) - 1, True, True),
+        Handshake(big, "c" * limits.NAME_LENGTH_MAX, "b" * limits.NAME_LENGTH_MAX, big, (1 << 32) - 1, True, True, True),
         Handshake(1, "c", "名前", 0, 0, False, False),
         Ack(big, big),
         Ack(0, 0),
@@ -214,6 +214,17 @@ def test_slave_stream_rules(frame, message):
     slave = slave_side()
     slave.feed(encode_frame(frame))
     with pytest.raises(RemoteProtocolError, match=message):
+        slave.next_event()
+
+
+def test_an_empty_log_may_begin_at_the_first_data_and_then_continues_exactly():
+    """Scenarios 28 and 29: the master streams an empty slave its newer part only."""
+    slave = ReplicationConnection(Role.SLAVE)
+    slave.encode(Handshake(2, "DefaultCluster", "broker-a", 0, 3, False, sync_from_last_file=True))
+    slave.feed(encode_frame(Data(3, 0, 4096, 0, b"x")))
+    assert len(drain(slave)) == 1 and slave.stream_offset == 4097
+    slave.feed(encode_frame(Data(3, 0, 8192, 0, b"y")))
+    with pytest.raises(RemoteProtocolError, match="gap"):
         slave.next_event()
 
 

@@ -114,3 +114,40 @@ def test_read_raw_inside_a_record_is_the_callers_error_not_corruption(tmp_path):
     assert [m.body for m in store.get_messages("T", 0, 0, 10, 1 << 20).messages] == [
         message(index).body for index in range(3)]
     store.close()
+
+
+def test_a_replica_can_begin_at_a_later_segment_and_keeps_it_across_a_restart(tmp_path):
+    """Scenarios 28 and 29: an empty replica copies only from a segment start of its master; its
+    queues begin at their first records' queue offsets, and recovery finds the same."""
+    master = open_store(tmp_path / "master", consume_queue_entries_per_file=8)
+    replica = open_store(tmp_path / "replica", consume_queue_entries_per_file=8)
+    fill_master(master, seed=7)
+    start = master.last_segment_start
+    assert start > 0
+    for refused in (start - 1, start + 1):  # not a segment start
+        with pytest.raises(QuorumqError) as caught:
+            replica.append_raw(refused, master.read_raw(start, 5000))
+        assert caught.value.error is Error.ILLEGAL_OFFSET and replica.max_offset == 0
+    garbled = bytearray(master.read_raw(start, 5000))
+    garbled[-1] ^= 0xFF
+    with pytest.raises(QuorumqError):
+        replica.append_raw(start, bytes(garbled))
+    assert (replica.min_offset, replica.max_offset) == (0, 0), "a refused first batch begins nothing"
+    offset = start
+    while offset < master.max_offset:
+        offset = replica.append_raw(offset, master.read_raw(offset, 5000))
+
+    def stored_from(store, topic, queue_id):
+        """(queue offset, body) of a queue's messages stored at or after `start`."""
+        result = store.get_messages(topic, queue_id, store.queue_min_offset(topic, queue_id), 1000, 1 << 30)
+        return [(m.queue_offset, m.body) for m in result.messages if m.commit_log_offset >= start]
+
+    expected = {(t, q): stored_from(master, t, q) for t in "ABC" for q in range(3)}
+    assert any(expected.values()) and all(queue_bodies(replica, t, q) == expected[t, q] for t, q in expected)
+    assert replica.min_offset == start
+    replica.close()
+    replica = open_store(tmp_path / "replica", consume_queue_entries_per_file=8)
+    assert replica.min_offset == start and replica.max_offset == master.max_offset
+    assert all(queue_bodies(replica, t, q) == expected[t, q] for t, q in expected)
+    master.close()
+    replica.close()

@@ -136,7 +136,7 @@ class Broker:
             broker_id=self.controller_id if self.controller_mode else self.config["brokerId"],
             cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
             acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", async_learner=self.config["asyncLearner"],
-            epochs=self.epochs,
+            sync_from_last_file=self.config["syncFromLastFile"], epochs=self.epochs,
             epoch_file=self.epoch_file if self.controller_mode else None, known_epoch=self.master_epoch,
             **self._ha_intervals())
 

@@ -2,7 +2,8 @@
 
 One TCP connection per slave. The slave opens it and sends a HANDSHAKE (who it is, where its
 commit log ends, the epoch it knows, whether it acks fsync'd or written bytes, whether it is an
-async learner that never joins the SyncStateSet), then ACKs (its
+async learner that never joins the SyncStateSet, whether an empty log wants only the master's last
+segment), then ACKs (its
 written and flushed offsets) after writing and at least every haSendHeartbeatInterval. The master
 answers with DATA frames (whole commit-log records, read from the slave's offset on) and with a
 HEARTBEAT when it has nothing to send (its own max offset).
@@ -26,8 +27,9 @@ Use: `ReplicationConnection(Role.SLAVE)` (or MASTER) holds one side. `feed(bytes
 the socket gave (`b""` is end of file); `next_event()` returns the next event or NEED_DATA;
 `encode(event)` returns the bytes to write. The connection enforces the order of a session in
 one transition table (HANDSHAKE first, then the transfer) and the stream rules the receiving
-slave relies on: DATA continues exactly where the log ends, epochs never go back, an epoch keeps
-its start offset. Bad input from the peer raises `RemoteProtocolError` and nothing else; after
+slave relies on: DATA continues exactly where the log ends (an empty log may begin at the first
+DATA's offset, where the master's log now begins), epochs never go back, an epoch keeps its start
+offset. Bad input from the peer raises `RemoteProtocolError` and nothing else; after
 it the connection is in ERROR and every call raises again. Misuse by this side (an invalid event,
 an event out of order) raises `LocalProtocolError`.
 """
@@ -45,7 +47,8 @@ OFFSET_MAX = (1 << 63) - 1
 EPOCH_MAX = (1 << 32) - 1
 FLAG_ACKS_FLUSHED = 0x01
 FLAG_ASYNC_LEARNER = 0x02
-_FLAGS_KNOWN = FLAG_ACKS_FLUSHED | FLAG_ASYNC_LEARNER
+FLAG_SYNC_FROM_LAST_FILE = 0x04
+_FLAGS_KNOWN = FLAG_ACKS_FLUSHED | FLAG_ASYNC_LEARNER | FLAG_SYNC_FROM_LAST_FILE
 
 
 class ProtocolError(Exception):
@@ -128,14 +131,15 @@ class Handshake:
     epoch: int
     acks_flushed: bool  # its acks count fsync'd bytes (SYNC_FLUSH), not written ones
     async_learner: bool = False  # asyncLearner: it copies everything but never joins the SyncStateSet
+    sync_from_last_file: bool = False  # syncFromLastFile: an empty log wants the master's last segment only
 
     def __post_init__(self) -> None:
         _check_int("broker id", self.broker_id, 1, OFFSET_MAX)  # 0 is the master's id
         _check_int("max offset", self.max_offset, 0, OFFSET_MAX)
         _check_int("epoch", self.epoch, 0, EPOCH_MAX)
-        for flag in (self.acks_flushed, self.async_learner):
+        for flag in (self.acks_flushed, self.async_learner, self.sync_from_last_file):
             if type(flag) is not bool:
-                raise LocalProtocolError("acks_flushed and async_learner must be bools")
+                raise LocalProtocolError("handshake flags must be bools")
         for name in (self.cluster_name, self.broker_name):
             if type(name) is not str or not 0 < len(name.encode()) <= limits.NAME_LENGTH_MAX:
                 raise LocalProtocolError(f"name {name!r} must have 1..{limits.NAME_LENGTH_MAX} bytes")
@@ -203,7 +207,7 @@ def _decode_handshake(fields: tuple, data: bytes) -> Event:
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(f"handshake names are not UTF-8: {exc}") from None
     return Handshake(broker_id, cluster_name, broker_name, max_offset, epoch, bool(flags & FLAG_ACKS_FLUSHED),
-                     bool(flags & FLAG_ASYNC_LEARNER))
+                     bool(flags & FLAG_ASYNC_LEARNER), bool(flags & FLAG_SYNC_FROM_LAST_FILE))
 
 
 def _decode_ack(fields: tuple, data: bytes) -> Event:
@@ -238,7 +242,8 @@ def encode_frame(event: Event) -> bytes:
                                          event.offset, event.confirm_offset), b"")
     if isinstance(event, Handshake):
         cluster = event.cluster_name.encode()
-        flags = (FLAG_ACKS_FLUSHED if event.acks_flushed else 0) | (FLAG_ASYNC_LEARNER if event.async_learner else 0)
+        flags = ((FLAG_ACKS_FLUSHED if event.acks_flushed else 0) | (FLAG_ASYNC_LEARNER if event.async_learner else 0)
+                 | (FLAG_SYNC_FROM_LAST_FILE if event.sync_from_last_file else 0))
         return _frame(_HANDSHAKE_HEADER, (MAGIC, FrameType.HANDSHAKE, event.broker_id, event.max_offset,
                                           event.epoch, flags, len(cluster)), cluster + event.broker_name.encode())
     if isinstance(event, Ack):
@@ -296,6 +301,7 @@ class ReplicationConnection:
         self.role = role
         self.state = State.HANDSHAKE
         self.stream_offset: int | None = None  # where the next DATA must start, once known
+        self.data_seen = False  # an empty log's first DATA may begin past 0
         self.epoch: int | None = None  # the highest epoch seen on this connection
         self.epoch_start_offset: int | None = None
         self._buffer = bytearray()
@@ -407,10 +413,12 @@ class ReplicationConnection:
             raise LocalProtocolError(f"epoch {event.epoch} moves its start from {self.epoch_start_offset} "
                                      f"to {event.epoch_start_offset}")
         if isinstance(event, Data):
-            if event.offset != self.stream_offset:
+            begins = self.stream_offset == 0 and not self.data_seen
+            if event.offset != self.stream_offset and not begins:
                 kind = "gap" if event.offset > self.stream_offset else "overlap"
                 raise LocalProtocolError(f"{kind}: DATA at {event.offset}, the log ends at {self.stream_offset}")
             self.stream_offset = event.end_offset
+            self.data_seen = True
         elif event.offset < self.stream_offset:
             raise LocalProtocolError(f"the master's log ends at {event.offset}, below {self.stream_offset}")
         self.epoch = event.epoch

@@ -45,6 +45,7 @@ class _SlaveConnection:
     session: int
     writer: asyncio.StreamWriter
     codec: ReplicationConnection
+    start_offset: int  # where its stream starts (see ReplicationMaster._stream_start)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     master_offset_at_send: int = 0  # the master's log end when it last sent DATA: "caught up" is an ack past it
 
@@ -214,9 +215,9 @@ class ReplicationMaster:
             handshake = await self._read_handshake(reader, codec)
             if handshake is None:
                 return
-            self._check_handshake(handshake)
-            connection = self._attach(handshake, writer, codec)
-            log.info("slave %d (%s) connected from offset %d", handshake.broker_id, peer, handshake.max_offset)
+            start = self._check_handshake(handshake)
+            connection = self._attach(handshake, start, writer, codec)
+            log.info("slave %d (%s) connected from offset %d", handshake.broker_id, peer, start)
             await self._run(connection, reader)
         except (RemoteProtocolError, AckRejected, HandshakeRefused, QuorumqError, OSError, TimeoutError) as exc:
             if not self._stopping:
@@ -243,28 +244,34 @@ class ReplicationMaster:
                 assert isinstance(event, Handshake), event  # the transition table admits nothing else
                 return event
 
-    def _check_handshake(self, handshake: Handshake) -> None:
+    def _check_handshake(self, handshake: Handshake) -> int:
+        """Refuse a slave that does not fit; else where its stream starts: where its log ends, or
+        for an empty log where this one begins now that older segments are gone (spec scenario
+        28), or its last segment when the slave asks for syncFromLastFile (scenario 29)."""
         if (handshake.cluster_name, handshake.broker_name) != (self.cluster_name, self.broker_name):
             raise HandshakeRefused(f"slave of {handshake.cluster_name}/{handshake.broker_name} at the master "
                                    f"of {self.cluster_name}/{self.broker_name}")
         if handshake.epoch > self.epoch:
             raise HandshakeRefused(f"slave knows epoch {handshake.epoch}, this master is at {self.epoch}")
+        if handshake.max_offset == 0:
+            return self._store.last_segment_start if handshake.sync_from_last_file else self._store.min_offset
         if not self._store.min_offset <= handshake.max_offset <= self._store.max_offset:
             # Above: the slave holds bytes this master lacks (truncation is the controller's job).
             # Below: this master no longer has the bytes the slave needs next.
             raise HandshakeRefused(f"slave {handshake.broker_id} ends at {handshake.max_offset}, outside "
                                    f"this commit log [{self._store.min_offset}, {self._store.max_offset}]")
+        return handshake.max_offset
 
-    def _attach(self, handshake: Handshake, writer: asyncio.StreamWriter,
+    def _attach(self, handshake: Handshake, start: int, writer: asyncio.StreamWriter,
                 codec: ReplicationConnection) -> _SlaveConnection:
         slave_id = handshake.broker_id
         previous = self._connections.pop(slave_id, None)
         if previous is not None:
             log.warning("slave %d connected again; its previous connection is closed", slave_id)
             previous.writer.close()
-        session = self.tracker.attach(slave_id, handshake.max_offset, handshake.acks_flushed)
+        session = self.tracker.attach(slave_id, start, handshake.acks_flushed)
         writer.transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH_BYTES)
-        connection = _SlaveConnection(handshake, session, writer, codec)
+        connection = _SlaveConnection(handshake, session, writer, codec, start)
         self._connections[slave_id] = connection
         return connection
 
@@ -294,7 +301,7 @@ class ReplicationMaster:
     async def _send_loop(self, connection: _SlaveConnection) -> None:
         slave_id, session = connection.handshake.broker_id, connection.session
         writer, codec = connection.writer, connection.codec
-        position = connection.handshake.max_offset
+        position = connection.start_offset
         while True:
             connection.wake.clear()
             epoch, epoch_start, epoch_end = self._position_epoch(position)  # re-read per frame (#9689)

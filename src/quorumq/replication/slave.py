@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 class ReplicationSlave:
     def __init__(self, store: MessageStore, *, master_host: str, master_port: int, broker_id: int,
                  cluster_name: str, broker_name: str, acks_flushed: bool = False, async_learner: bool = False,
+                 sync_from_last_file: bool = False,
                  epochs: EpochCache | None = None, epoch_file: EpochFile | None = None, known_epoch: int = 0,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
@@ -64,6 +65,7 @@ class ReplicationSlave:
         self.broker_name = broker_name
         self.acks_flushed = acks_flushed
         self.async_learner = async_learner
+        self.sync_from_last_file = sync_from_last_file
         self._epochs = epochs
         self._epoch_file = epoch_file
         self.known_epoch = known_epoch  # the master epoch the controller announced (0 without one)
@@ -138,7 +140,7 @@ class ReplicationSlave:
             log_epoch = self._epochs.last_epoch if self._epochs is not None else 0
             writer.write(codec.encode(Handshake(self.broker_id, self.cluster_name, self.broker_name,
                                                 self._store.max_offset, log_epoch, self.acks_flushed,
-                                                self.async_learner)))
+                                                self.async_learner, self.sync_from_last_file)))
             self.sessions += 1
             self._send_ack(writer, codec)
             self.connected = True

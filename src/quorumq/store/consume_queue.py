@@ -88,6 +88,13 @@ class ConsumeQueue:
             self.min_offset = self.files[0].start
             self.max_offset = self.next_offset = tail.start + size // ENTRY_SIZE
 
+    def begin_at(self, offset: int) -> None:
+        """An empty queue's first entry will be at `offset` (its log began past its start, see
+        MessageStore.append_raw). The entries before it in its first file are a hole of zeros,
+        which recovery skips as below the commit log's first offset (advance_min)."""
+        assert not self.files and self.max_offset == self.next_offset == 0, (self.files, self.max_offset)
+        self.min_offset = self.max_offset = self.next_offset = offset
+
     # Writing: stage entries during a batch, then write them with one pwrite per file.
 
     def stage(self, commit_log_offset: int, size: int, tag_hash: int) -> int:
@@ -98,6 +105,8 @@ class ConsumeQueue:
 
     def discard_staged(self) -> None:
         self._staged = bytearray()
+        if not self.files:  # a queue begun for the discarded batch forgets where
+            self.min_offset = self.max_offset = 0
         self.next_offset = self.max_offset
 
     def write_staged(self) -> None:

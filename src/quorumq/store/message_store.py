@@ -169,6 +169,11 @@ class MessageStore:
         return self._commit_log.min_offset if self._commit_log.segments else self._write_offset
 
     @property
+    def last_segment_start(self) -> int:
+        """Where the segment the next append goes to begins (a record always starts there)."""
+        return self._commit_log.segment_start(self._write_offset)
+
+    @property
     def flushed_offset(self) -> int:
         return self._flushed_offset
 
@@ -581,11 +586,19 @@ class MessageStore:
 
         Every record is checked (framing, CRC, its own commit-log offset, the next queue offset of
         its queue) before anything is written, so the same bytes give the same consume queues.
+
+        An empty log may begin at a segment start past 0: a slave that copies only the newer part
+        of its master's log (HA spec scenarios 28 and 29); each queue then begins at the queue
+        offset of its first record.
         """
         self._check_writable()
-        if offset != self._write_offset:
+        begins = self._write_offset == 0 < offset and not self._commit_log.segments \
+            and offset % self._segment_bytes == 0
+        if offset != self._write_offset and not begins:
             raise QuorumqError(Error.ILLEGAL_OFFSET,
                                f"raw append at {offset}, but the log ends at {self._write_offset}")
+        if begins:
+            self._write_offset = self._dispatched_offset = self._flushed_offset = offset
         data = bytes(data)
         view = memoryview(data)
         batch = self._new_batch()
@@ -606,13 +619,19 @@ class MessageStore:
             self._write_runs(view, batch.runs, len(data))
         except BaseException:
             batch.discard()
+            if begins:
+                self._write_offset = self._dispatched_offset = self._flushed_offset = 0
             raise
+        if begins:
+            log.warning("the commit log begins at %d: older records stay on the master only", offset)
         batch.log_offset = offset + len(data)
         return self._publish(batch).end_offset
 
     def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> None:
         fields = codec.dispatch_fields(view, position)
         queue = self._queue_for_append(fields.topic, fields.queue_id)
+        if queue.next_offset == 0 and self.min_offset > 0:  # a log that began past its start
+            queue.begin_at(fields.queue_offset)
         if fields.queue_offset != queue.next_offset:
             raise QuorumqError(Error.BAD_REQUEST, f"record at {log_offset} has queue offset "
                                f"{fields.queue_offset}, but {fields.topic}/{fields.queue_id} expects "
