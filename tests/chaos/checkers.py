@@ -77,9 +77,11 @@ def inconsistent_offsets(records: list[dict], final: FinalRead) -> Result:
 
 
 def duplicates(records: list[dict], final: FinalRead, final_master: str) -> Result:
-    """C4: a value stored twice is explained only by a send of it that ended unknown or failed (and
-    was retried); any other duplicate is a failure."""
-    retried = {r["value"] for r in records if r["f"] == "send" and r["type"] in ("info", "fail")}
+    """C4: a value stored twice is explained only by a send of it that was made again: after an
+    unknown or failed outcome, or inside the client after a request got no answer (its result
+    counts the attempts); any other duplicate is a failure."""
+    retried = {r["value"] for r in records if r["f"] == "send"
+               and (r["type"] in ("info", "fail") or r.get("attempts", 1) > 1)}
     twice = {value for value, places in _stored(final[final_master]).items() if len(places) > 1}
     unexplained = twice - retried
     return Result("C4 duplicates", {"explained": len(twice & retried), "unexplained": len(unexplained)},

@@ -80,6 +80,9 @@ def test_a_duplicate_is_explained_only_by_a_retried_send():
     once = history(ok("p0", "p0-0", Q0, 1))
     result = duplicates(once, final, "m")
     assert not result.ok and result.counts["unexplained"] == 1
+    resent = history(ok("p0", "p0-0", Q0, 1))  # the client sent it twice: its first request got no answer
+    resent[-1]["attempts"] = 2
+    assert duplicates(resent, final, "m").counts == {"explained": 1, "unexplained": 0}
 
 
 def test_acknowledged_offsets_going_back_within_a_queue_break_order():

@@ -72,5 +72,5 @@ class Producers:
             self.history.info(op, result.status)
             return False
         self.history.ok(op, queue=f"{result.broker_name}:{result.queue_id}", offset=result.queue_offset,
-                        epoch=result.master_epoch, broker=result.broker_name)
+                        epoch=result.master_epoch, broker=result.broker_name, attempts=result.attempts)
         return True

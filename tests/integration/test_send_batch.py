@@ -2,7 +2,9 @@
 itself are stored with consecutive queue offsets, and a request breaking a rule gets a status naming
 it (never a gRPC abort) while the broker stores nothing of it and keeps serving."""
 
+import asyncio
 import os
+import signal
 import uuid
 
 import grpc
@@ -123,3 +125,24 @@ def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, 
     if case != "illegal topic":
         after = send(writer, topic, 0, records(topic, 0, b"still serving"), 1)
         assert (after.status, after.first_queue_offset) == ("SEND_OK", 0), "the refused records took no offset"
+
+
+async def test_a_request_that_got_no_answer_is_sent_again_counted_and_stored_once(small_message_cluster):
+    """The broker is stopped while the producer's request waits, so it times out and is sent again
+    with the same request id: the result counts two attempts (a resend to another master after a
+    failover could store it twice), and the broker, continued, stores it once."""
+    access_point, topic = small_message_cluster["access_point"], new_topic()
+    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
+    async with Producer(access_point, timeout_s=0.5) as producer:
+        [warm] = await producer.send_batch(topic, [Message(b"route")], queue_id=0)
+        os.kill(broker["pid"], signal.SIGSTOP)
+        try:
+            sending = asyncio.create_task(producer.send_batch(topic, [Message(b"twice?")], queue_id=0))
+            await asyncio.sleep(0.8)  # the first request has timed out; the second waits too
+        finally:
+            os.kill(broker["pid"], signal.SIGCONT)
+        [result] = await sending
+    assert (warm.attempts, result.status, result.attempts) == (1, "SEND_OK", 2)
+    async with PullConsumer(access_point, "G") as consumer:
+        pulled = await consumer.pull(topic, 0, 0, 16)
+    assert [m.body for m in pulled.messages] == [b"route", b"twice?"]

@@ -64,6 +64,9 @@ class SendResult:
     broker_name: str
     detail: str = ""
     master_epoch: int = 0  # controller mode: the epoch of the master that stored it
+    # How many requests carried it: above 1 after a resend of a request that got no answer. A
+    # resend to another master (a failover) can store it twice: at-least-once, as in RocketMQ.
+    attempts: int = 1
 
     @property
     def ok(self) -> bool:
@@ -202,7 +205,7 @@ class Producer:
                     raise
                 self._routes.forget(topic)  # the broker may have moved or failed over
                 continue
-            _record(response, queue, accepted, ids, results)
+            _record(response, queue, accepted, ids, results, attempts + 1)
             if response.status == _NOT_MASTER:
                 self._routes.forget(topic)
             if response.status not in (_THROTTLED, _NOT_MASTER) or time.monotonic() + backoff_s > deadline:
@@ -229,7 +232,7 @@ def _encoded_properties(message: Message, message_id: str) -> bytes:
 
 
 def _record(response: pb.SendBatchResponse, queue: RouteQueue, accepted: list[tuple[int, bytes, bytes]],
-            ids: list[str], results: list[SendResult | None]) -> None:
+            ids: list[str], results: list[SendResult | None], attempts: int) -> None:
     """Store the results of one answer: the broker stores a request's records all or none."""
     stored = response.count > 0
     if stored and response.count != len(accepted):
@@ -238,7 +241,7 @@ def _record(response: pb.SendBatchResponse, queue: RouteQueue, accepted: list[tu
     queue_id, broker_name = queue.queue_id, queue.broker_name
     for position, (index, _, _) in enumerate(accepted):
         results[index] = SendResult(status, ids[index], queue_id, first + position if stored else -1, broker_name,
-                                    detail, response.master_epoch)
+                                    detail, response.master_epoch, attempts)
 
 
 class RecordEncoder:
