@@ -27,7 +27,7 @@ def table(runs: list[dict]) -> str:
     lines = ["| fault | settings | runs | seconds each | faults injected | acknowledged | lost | "
              "unexplained duplicates | order violations | failed runs | worst fault -> next ack |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (fault, profile), group in sorted(groups.items()):
+    for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
         lost = sum(check_count(r, "C1 lost", "lost") for r in group)
         duplicates = sum(check_count(r, "C4 duplicates", "unexplained") for r in group)
         order = sum(check_count(r, "C5 order", "acks out of order") + check_count(r, "C5 order", "stored out of order")
