@@ -1,5 +1,6 @@
 """The replicator's pure decisions: offsets as JSON, admission per micro-batch, queue mapping, the
-loop check, the replay de-duplication cut, offset syncs and group-offset translation, topic changes."""
+loop check, the replay de-duplication cut, offset syncs and group-offset translation, topic and group
+changes."""
 
 import itertools
 import json
@@ -156,6 +157,21 @@ def test_topic_changes_create_expand_and_never_shrink():
     assert plan.topic_changes(source, {"broker-a": TopicShape(8, 8, 6)}) == {}
     assert plan.topic_changes({"x": TopicShape(4, 4, 4)}, {"x": TopicShape(4, 4, 6)}) == {"x": TopicShape(4, 4, 4)}
     assert plan.topic_changes({}, {"x": None}) == {}
+
+
+def test_group_changes_add_missing_groups_from_their_earliest_first_contact():
+    source = {"broker-a": {"G1": 500, "G2": 700}, "broker-b": {"G1": 300, "G3": 900}}
+    target = {"broker-a": {"G2": 800}, "broker-c": {}}
+    assert plan.group_changes(source, target) == {"broker-a": {"G1": 300, "G3": 900},
+                                                  "broker-c": {"G1": 300, "G2": 700, "G3": 900}}
+
+
+def test_group_changes_keep_a_first_contact_the_target_has_and_add_nothing_twice():
+    source = {"broker-a": {"G1": 500}}
+    assert plan.group_changes(source, {"broker-a": {"G1": 900}}) == {}, "a consumer there may read from 900"
+    assert plan.group_changes(source, {"broker-a": {"G1": 100}}) == {}
+    assert plan.group_changes({}, {"broker-a": {}}) == {}
+    assert plan.group_changes(source, {}) == {}
 
 
 @pytest.mark.parametrize("text", ["fail", "dismiss", "my.module:handle"])

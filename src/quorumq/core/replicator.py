@@ -1,6 +1,7 @@
 """The replicator's decisions, free of I/O: source offsets as JSON, how much each queue may read in
 one micro-batch, which destination queue a source queue writes to, the loop check, the replay
-de-duplication cut, and the translation of consumer-group offsets through offset syncs.
+de-duplication cut, the translation of consumer-group offsets through offset syncs, and what the
+config job changes on the target (topics and consumer groups).
 
 A queue is named by a `QueueKey` (topic, broker name, queue id); it never travels as a joined string,
 since broker names may contain any character a joiner would use.
@@ -195,4 +196,25 @@ def topic_changes(source: Mapping[str, TopicShape], target: Mapping[str, TopicSh
                                 max(wanted.write_queue_nums, current.write_queue_nums), wanted.perm)
         if wanted != current:
             changes[broker] = wanted
+    return changes
+
+
+def group_changes(source: Mapping[str, Mapping[str, int]],
+                  target: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """What the config job adds to each target master (broker name -> group -> first contact, ms)
+    for the consumer groups the source's masters know: every group a target master lacks, with its
+    earliest first contact on the source. A group reads a queue it has no offset for from the first
+    message stored at or after its first contact, and a copy is stored after its original, so from
+    that contact the group misses no copy of a message it would have read on the source. A group
+    the target knows keeps its own first contact (a consumer there may be reading from it). Brokers
+    with nothing to add do not appear."""
+    earliest: dict[str, int] = {}
+    for groups in source.values():
+        for group, first_contact_ms in groups.items():
+            earliest[group] = min(first_contact_ms, earliest.get(group, first_contact_ms))
+    changes = {}
+    for broker, known in target.items():
+        missing = {group: ms for group, ms in sorted(earliest.items()) if group not in known}
+        if missing:
+            changes[broker] = missing
     return changes
