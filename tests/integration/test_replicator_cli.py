@@ -8,7 +8,11 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
 from harness import check_for
+from quorumq.cli.main import build_parser, main
+from quorumq.cli.replicator import main_spark_submit
 from replicator_support import create_topic, new_topic, produce, queue_ends, queue_messages, source_offsets
 
 QUEUES, PER_QUEUE, BATCH = 4, 3000, 2000
@@ -40,6 +44,18 @@ class Driver:
             return self.process.wait(timeout=60)
         finally:
             self.kill()  # whatever of its group is left
+
+
+def test_a_checkpoint_url_of_another_file_system_is_refused_before_spark_starts(capsys, tmp_path):
+    args = ["--source", "127.0.0.1:1", "--target", "127.0.0.1:2", "--topics", "T", "--checkpoint"]
+    for run in (lambda argv: main(["replicator", "run", *argv]), main_spark_submit):
+        with pytest.raises(SystemExit) as exited:
+            run([*args, "hdfs://namenode:8020/replicator/a-to-b"])
+        assert exited.value.code == 2
+        assert "argument --checkpoint: CONFIG_INVALID: checkpoint 'hdfs://namenode:8020/replicator/a-to-b' is not " \
+               "a local directory" in capsys.readouterr().err
+    parsed = build_parser().parse_args(["replicator", "run", *args, f"file://{tmp_path}/checkpoint"])
+    assert parsed.checkpoint == tmp_path / "checkpoint"
 
 
 def replicate_with_a_kill(clusters, tmp_path, *extra: str) -> list[list[int]]:

@@ -174,6 +174,20 @@ def test_group_changes_keep_a_first_contact_the_target_has_and_add_nothing_twice
     assert plan.group_changes(source, {}) == {}
 
 
+@pytest.mark.parametrize("text, path", [("run/ck", "run/ck"), ("/mnt/a:b", "/mnt/a:b"), ("file:///mnt/ck", "/mnt/ck"),
+                                        ("file://localhost/mnt/a%20b", "/mnt/a b")])
+def test_a_checkpoint_is_a_path_or_a_file_url(text, path):
+    assert plan.parse_checkpoint(text) == path
+
+
+@pytest.mark.parametrize("text", ["hdfs:///replicator/a-to-b", "hdfs://nn:8020/r", "s3a://bucket/r",
+                                  "file://otherhost/mnt/ck", "file://"])
+def test_a_checkpoint_on_another_file_system_is_refused_with_a_stable_code(text):
+    with pytest.raises(QuorumqError) as raised:
+        plan.parse_checkpoint(text)
+    assert raised.value.error is Error.CONFIG_INVALID
+
+
 @pytest.mark.parametrize("text", ["fail", "dismiss", "my.module:handle"])
 def test_failure_policies(text):
     assert plan.parse_failure_policy(text) == text

@@ -7,8 +7,10 @@ A queue is named by a `QueueKey` (topic, broker name, queue id); it never travel
 since broker names may contain any character a joiner would use.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple, Sequence
+from urllib.parse import unquote
 
 from quorumq import limits
 from quorumq.errors import Error, QuorumqError
@@ -169,6 +171,25 @@ def parse_failure_policy(text: str) -> str:
     if text in ("fail", "dismiss") or (module and function.isidentifier()):
         return text
     raise QuorumqError(Error.CONFIG_INVALID, f"failure policy {text!r} is not fail, dismiss or module:function")
+
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)")
+
+
+def parse_checkpoint(text: str) -> str:
+    """The checkpoint directory as a local path: a path as it is, a file:// URL as its path. The
+    replicator writes status files (replicate-metrics.json, heartbeat.json) beside the jobs'
+    checkpoints with local file I/O, so a URL of another file system (hdfs://, s3a://) is refused
+    rather than turned into a relative directory named after the URL."""
+    match = _URL.fullmatch(text)
+    if match is None:
+        return text
+    scheme, host, path = match.groups()
+    if scheme.lower() == "file" and host in ("", "localhost") and path:
+        return unquote(path)
+    raise QuorumqError(Error.CONFIG_INVALID, f"checkpoint {text!r} is not a local directory: the replicator writes its "
+                                             "status files beside the checkpoint with local file I/O; give a path "
+                                             "(or file:// URL) on a mount every machine the driver may run on sees")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ class Settings:
     source: str  # access point of the primary
     target: str  # access point of the standby
     topics: tuple[str, ...]
-    checkpoint: Path  # one directory per job below it
+    checkpoint: Path  # local: one directory per job below it, status files beside them
     tag_filters: dict[str, str]
     on_failure: str = "fail"
     dedupe: bool = False
