@@ -83,6 +83,15 @@ def test_the_loop_check_uses_the_birth_cluster_of_the_first_hop():
     assert not plan.loops_back({plan.SOURCE_CLUSTER: "C"}, "A", "B"), "a chain C -> A -> B goes on"
 
 
+def test_resume_offsets_clamp_a_start_that_retention_passed_and_report_the_loss():
+    kept, lost, new = queues(3)
+    gone = QueueKey("T", "b", 9)
+    offsets, losses = plan.resume_offsets({kept: 40, lost: 5, gone: 7}, {kept: 10, lost: 20, new: 3})
+    assert offsets == {kept: 40, lost: 20, new: 3}, "a vanished queue is dropped, a new one starts at its min"
+    assert losses == {lost: (5, 20)}
+    assert plan.resume_offsets(offsets, {kept: 10, lost: 20, new: 3}) == (offsets, {}), "clamped once: no loss again"
+
+
 def test_dedupe_cuts_what_the_tail_holds_already():
     offsets = [10, 11, 13, 14]
     assert plan.first_unwritten(offsets, None) == 0

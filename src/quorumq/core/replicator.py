@@ -165,6 +165,20 @@ class OffsetSyncStore:
         return best.destination_offset + (0 if best.source_offset == group_offset else 1)
 
 
+def resume_offsets(start: Mapping[QueueKey, int],
+                   min_offsets: Mapping[QueueKey, int]) -> tuple[dict[QueueKey, int], dict[QueueKey, tuple[int, int]]]:
+    """Where the next batch reads each queue the source has now (queue -> its min offset): a known
+    queue from its start offset, moved up to the min offset when retention deleted messages before
+    they were read, so that no batch is planned over offsets that are gone; a new queue from its min
+    offset. Also the offsets lost, [first, end) by queue."""
+    offsets, lost = {}, {}
+    for queue, min_offset in min_offsets.items():
+        offsets[queue] = max(start.get(queue, min_offset), min_offset)
+        if start.get(queue, min_offset) < min_offset:
+            lost[queue] = (start[queue], min_offset)
+    return offsets, lost
+
+
 def parse_failure_policy(text: str) -> str:
     """`fail`, `dismiss`, or a `module:function` to hand failed records to."""
     module, _, function = text.partition(":")
