@@ -44,7 +44,9 @@ def settings_for(source: dict, target: dict, topic: str, checkpoint: Path, **opt
 
 
 def run_until(queries: list, done, what: str) -> None:
-    """Wait for `done()` while the queries run, then stop them; a query that fails fails the test."""
+    """Wait for `done()` while the queries run, then for each query's trigger to end, so that the
+    batch that did it has committed (the sink's commit writes the metrics), then stop them; a query
+    that fails fails the test."""
     try:
         def finished():
             for query in queries:
@@ -52,6 +54,8 @@ def run_until(queries: list, done, what: str) -> None:
             return done()
 
         check_for(WAIT_S, 0.5, finished, what)
+        for query in queries:
+            check_for(WAIT_S, 0.1, lambda: not query.status["isTriggerActive"], f"{query.name}'s batch committed")
     finally:
         for query in queries:
             query.stop()

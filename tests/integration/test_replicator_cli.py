@@ -146,6 +146,9 @@ def replicate_with_a_kill(clusters, tmp_path, *extra: str) -> tuple[list[list[in
         check_for(RUN_TIMEOUT_S, 0.5, lambda: [len(set(source_offsets(queue_messages(standby, topic, q))))
                                               for q in range(QUEUES)] == [PER_QUEUE] * QUEUES,
                   "every message on the standby after the restart")
+        # Progress is printed every 5 s: a fast replay may finish before the first line names it.
+        check_for(RUN_TIMEOUT_S, 0.5, lambda: "replicate A->B: batch" in (tmp_path / "driver-2.log").read_text(),
+                  "progress printed")
         assert driver.stop() == 0
     finally:
         driver.kill()
