@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from harness import check_for
 from quorumq import limits
@@ -43,7 +44,9 @@ def settings_for(source: dict, target: dict, topic: str, checkpoint: Path, **opt
 
 
 def run_until(queries: list, done, what: str) -> None:
-    """Wait for `done()` while the queries run, then stop them; a query that fails fails the test."""
+    """Wait for `done()` while the queries run, then for each query's trigger to end, so that the
+    batch that did it has committed (the sink's commit writes the metrics), then stop them; a query
+    that fails fails the test."""
     try:
         def finished():
             for query in queries:
@@ -51,6 +54,8 @@ def run_until(queries: list, done, what: str) -> None:
             return done()
 
         check_for(WAIT_S, 0.5, finished, what)
+        for query in queries:
+            check_for(WAIT_S, 0.1, lambda: not query.status["isTriggerActive"], f"{query.name}'s batch committed")
     finally:
         for query in queries:
             query.stop()
@@ -131,19 +136,40 @@ def test_a_group_moved_to_the_standby_skips_nothing(spark, clusters, tmp_path):
                 "near where it was"
 
 
-def test_config_job_creates_and_expands_topics_and_never_shrinks(clusters):
+def make_group_known(cluster: dict, group: str, topic: str) -> int:
+    """A consumer of the group contacts the cluster, as the official client does; the group's first
+    contact (ms) as the cluster's master records it."""
+    consumer = SimpleConsumer(ClientConfiguration(cluster["access_point"], Credentials(), request_timeout=5), group,
+                              {topic: FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    try:
+        with Blocking(AdminClient, cluster["access_point"]) as admin:
+            [master] = admin.brokers(masters_only=True)
+            return check_for(30, 0.2, lambda: admin.metadata(master.address).groups.get(group), "the group known")
+    finally:
+        consumer.shutdown()
+
+
+def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups(clusters):
     primary, standby = clusters
     created, expanded, larger = new_topic(), new_topic(), new_topic()
     for topic in (created, expanded, larger):
         create_topic(primary, topic, 8)
     create_topic(standby, expanded, 4)
     create_topic(standby, larger, 16)
-    changes = jobs.copy_topics(primary["access_point"], standby["access_point"], (created, expanded, larger))
+    group = "KnownGroup"
+    first_contact_ms = make_group_known(primary, group, created)
+    changes, groups = jobs.copy_config(primary["access_point"], standby["access_point"], (created, expanded, larger))
     assert changes == {created: {"broker-a": TopicShape(8, 8, 6)}, expanded: {"broker-a": TopicShape(8, 8, 6)}}
+    assert groups == {"broker-a": {group: first_contact_ms}}
     with Blocking(AdminClient, standby["access_point"]) as admin:
         shapes = {t: [(q.read_queue_nums, q.write_queue_nums) for q in admin.route(t).queues]
                   for t in (created, expanded, larger)}
+        [master] = admin.brokers(masters_only=True)
+        assert admin.metadata(master.address).groups[group] == first_contact_ms, \
+            "the standby knows the group, from its first contact on the primary"
     assert shapes == {created: [(8, 8)], expanded: [(8, 8)], larger: [(16, 16)]}
+    assert jobs.copy_config(primary["access_point"], standby["access_point"], (created,)) == ({}, {})
 
 
 def test_heartbeat_reports_latency_and_connectivity(spark, clusters, tmp_path):

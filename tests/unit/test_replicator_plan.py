@@ -1,5 +1,6 @@
 """The replicator's pure decisions: offsets as JSON, admission per micro-batch, queue mapping, the
-loop check, the replay de-duplication cut, offset syncs and group-offset translation, topic changes."""
+loop check, the replay de-duplication cut, offset syncs and group-offset translation, topic and group
+changes."""
 
 import itertools
 import json
@@ -82,6 +83,15 @@ def test_the_loop_check_uses_the_birth_cluster_of_the_first_hop():
     assert not plan.loops_back({plan.SOURCE_CLUSTER: "C"}, "A", "B"), "a chain C -> A -> B goes on"
 
 
+def test_resume_offsets_clamp_a_start_that_retention_passed_and_report_the_loss():
+    kept, lost, new = queues(3)
+    gone = QueueKey("T", "b", 9)
+    offsets, losses = plan.resume_offsets({kept: 40, lost: 5, gone: 7}, {kept: 10, lost: 20, new: 3})
+    assert offsets == {kept: 40, lost: 20, new: 3}, "a vanished queue is dropped, a new one starts at its min"
+    assert losses == {lost: (5, 20)}
+    assert plan.resume_offsets(offsets, {kept: 10, lost: 20, new: 3}) == (offsets, {}), "clamped once: no loss again"
+
+
 def test_dedupe_cuts_what_the_tail_holds_already():
     offsets = [10, 11, 13, 14]
     assert plan.first_unwritten(offsets, None) == 0
@@ -156,6 +166,35 @@ def test_topic_changes_create_expand_and_never_shrink():
     assert plan.topic_changes(source, {"broker-a": TopicShape(8, 8, 6)}) == {}
     assert plan.topic_changes({"x": TopicShape(4, 4, 4)}, {"x": TopicShape(4, 4, 6)}) == {"x": TopicShape(4, 4, 4)}
     assert plan.topic_changes({}, {"x": None}) == {}
+
+
+def test_group_changes_add_missing_groups_from_their_earliest_first_contact():
+    source = {"broker-a": {"G1": 500, "G2": 700}, "broker-b": {"G1": 300, "G3": 900}}
+    target = {"broker-a": {"G2": 800}, "broker-c": {}}
+    assert plan.group_changes(source, target) == {"broker-a": {"G1": 300, "G3": 900},
+                                                  "broker-c": {"G1": 300, "G2": 700, "G3": 900}}
+
+
+def test_group_changes_keep_a_first_contact_the_target_has_and_add_nothing_twice():
+    source = {"broker-a": {"G1": 500}}
+    assert plan.group_changes(source, {"broker-a": {"G1": 900}}) == {}, "a consumer there may read from 900"
+    assert plan.group_changes(source, {"broker-a": {"G1": 100}}) == {}
+    assert plan.group_changes({}, {"broker-a": {}}) == {}
+    assert plan.group_changes(source, {}) == {}
+
+
+@pytest.mark.parametrize("text, path", [("run/ck", "run/ck"), ("/mnt/a:b", "/mnt/a:b"), ("file:///mnt/ck", "/mnt/ck"),
+                                        ("file://localhost/mnt/a%20b", "/mnt/a b")])
+def test_a_checkpoint_is_a_path_or_a_file_url(text, path):
+    assert plan.parse_checkpoint(text) == path
+
+
+@pytest.mark.parametrize("text", ["hdfs:///replicator/a-to-b", "hdfs://nn:8020/r", "s3a://bucket/r",
+                                  "file://otherhost/mnt/ck", "file://"])
+def test_a_checkpoint_on_another_file_system_is_refused_with_a_stable_code(text):
+    with pytest.raises(QuorumqError) as raised:
+        plan.parse_checkpoint(text)
+    assert raised.value.error is Error.CONFIG_INVALID
 
 
 @pytest.mark.parametrize("text", ["fail", "dismiss", "my.module:handle"])

@@ -86,6 +86,15 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
                      for entry in broker.epochs.entries])
 
     @aborts_on_error
+    def AddConsumerGroups(self, request):
+        for group, first_contact_ms in request.groups.items():
+            check_name(group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+            if first_contact_ms < 0:
+                raise QuorumqError(Error.BAD_REQUEST, f"group {group}: first contact {first_contact_ms} is negative")
+        self.broker.consumers.adopt_groups(dict(request.groups))
+        return pb.Empty()
+
+    @aborts_on_error
     def GetConsumerProgress(self, request):
         check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
         return self._progress(request.group, request.topic)

@@ -9,12 +9,14 @@ while the replicator is the only writer of the standby's queues).
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from quorumq import limits
-from quorumq.core.replicator import parse_failure_policy
+from quorumq.core.replicator import parse_checkpoint, parse_failure_policy
 from quorumq.errors import QuorumqError
 
 EXIT_USAGE = 2
+T = TypeVar("T")
 
 
 def topic_and_tags(text: str) -> tuple[str, str]:
@@ -25,11 +27,16 @@ def topic_and_tags(text: str) -> tuple[str, str]:
     return topic, tags or "*"
 
 
-def failure_policy(text: str) -> str:
-    try:
-        return parse_failure_policy(text)
-    except QuorumqError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+def catalogued(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argument type from a parser that raises catalogue errors: argparse prints the error's
+    name and detail and exits with EXIT_USAGE."""
+    def argument_type(text: str) -> T:
+        try:
+            return parse(text)
+        except QuorumqError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return argument_type
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,11 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", required=True, help="access point (name server) of the standby cluster")
     parser.add_argument("--topics", required=True, nargs="+", type=topic_and_tags, metavar="TOPIC[:TAGS]",
                         help="topics to replicate, each with an optional tag filter such as Orders:paid||refunded")
-    parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="the application's checkpoint directory (one subdirectory per job); "
-                             "on a Spark cluster a shared file system with atomic rename")
+    parser.add_argument("--checkpoint", required=True, type=catalogued(lambda text: Path(parse_checkpoint(text))),
+                        help="the application's checkpoint directory (one subdirectory per job, status files "
+                             "beside them): a local or mounted path or a file:// URL; other URLs are refused")
     parser.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
-    parser.add_argument("--on-failure", default="fail", type=failure_policy, metavar="fail|dismiss|module:function",
+    parser.add_argument("--on-failure", default="fail", type=catalogued(parse_failure_policy), metavar="fail|dismiss|module:function",
                         help="what happens to records the standby refuses after bounded retries (default fail)")
     parser.add_argument("--dedupe", action="store_true",
                         help="skip what a replayed batch already wrote (read from the standby queue's tail)")

@@ -109,6 +109,10 @@ class AdminClient:
         """One broker's topic configs, consumer groups and their positions."""
         return await self._call(self._broker(address).GetMetadata, pb.Empty())
 
+    async def add_consumer_groups(self, address: str, groups: dict[str, int]) -> None:
+        """Make one broker know consumer groups (group -> first contact, ms); known ones keep theirs."""
+        await self._call(self._broker(address).AddConsumerGroups, pb.ConsumerGroups(groups=groups))
+
     async def queue_progress(self, address: str, group: str, topic: str) -> pb.ConsumerProgress:
         """One broker's queues of a topic: min, max and the group's offsets."""
         return await self._call(self._broker(address).GetConsumerProgress, pb.GroupRequest(group=group, topic=topic))

@@ -409,6 +409,11 @@ class BrokerAdminStub:
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerEpochs.FromString,
                 _registered_method=True)
+        self.AddConsumerGroups = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/AddConsumerGroups',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerGroups.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -468,6 +473,12 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddConsumerGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -515,6 +526,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.GetBrokerEpochs,
                     request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerEpochs.SerializeToString,
+            ),
+            'AddConsumerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddConsumerGroups,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerGroups.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -760,6 +776,33 @@ class BrokerAdmin:
             '/quorumq.cluster.BrokerAdmin/GetBrokerEpochs',
             quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.BrokerEpochs.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddConsumerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/AddConsumerGroups',
+            quorumq_dot_cluster_dot_cluster__pb2.ConsumerGroups.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,13 +1,16 @@
 """The replicator's decisions, free of I/O: source offsets as JSON, how much each queue may read in
 one micro-batch, which destination queue a source queue writes to, the loop check, the replay
-de-duplication cut, and the translation of consumer-group offsets through offset syncs.
+de-duplication cut, the translation of consumer-group offsets through offset syncs, and what the
+config job changes on the target (topics and consumer groups).
 
 A queue is named by a `QueueKey` (topic, broker name, queue id); it never travels as a joined string,
 since broker names may contain any character a joiner would use.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple, Sequence
+from urllib.parse import unquote
 
 from quorumq import limits
 from quorumq.errors import Error, QuorumqError
@@ -162,12 +165,45 @@ class OffsetSyncStore:
         return best.destination_offset + (0 if best.source_offset == group_offset else 1)
 
 
+def resume_offsets(start: Mapping[QueueKey, int],
+                   min_offsets: Mapping[QueueKey, int]) -> tuple[dict[QueueKey, int], dict[QueueKey, tuple[int, int]]]:
+    """Where the next batch reads each queue the source has now (queue -> its min offset): a known
+    queue from its start offset, moved up to the min offset when retention deleted messages before
+    they were read, so that no batch is planned over offsets that are gone; a new queue from its min
+    offset. Also the offsets lost, [first, end) by queue."""
+    offsets, lost = {}, {}
+    for queue, min_offset in min_offsets.items():
+        offsets[queue] = max(start.get(queue, min_offset), min_offset)
+        if start.get(queue, min_offset) < min_offset:
+            lost[queue] = (start[queue], min_offset)
+    return offsets, lost
+
+
 def parse_failure_policy(text: str) -> str:
     """`fail`, `dismiss`, or a `module:function` to hand failed records to."""
     module, _, function = text.partition(":")
     if text in ("fail", "dismiss") or (module and function.isidentifier()):
         return text
     raise QuorumqError(Error.CONFIG_INVALID, f"failure policy {text!r} is not fail, dismiss or module:function")
+
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)")
+
+
+def parse_checkpoint(text: str) -> str:
+    """The checkpoint directory as a local path: a path as it is, a file:// URL as its path. The
+    replicator writes status files (replicate-metrics.json, heartbeat.json) beside the jobs'
+    checkpoints with local file I/O, so a URL of another file system (hdfs://, s3a://) is refused
+    rather than turned into a relative directory named after the URL."""
+    match = _URL.fullmatch(text)
+    if match is None:
+        return text
+    scheme, host, path = match.groups()
+    if scheme.lower() == "file" and host in ("", "localhost") and path:
+        return unquote(path)
+    raise QuorumqError(Error.CONFIG_INVALID, f"checkpoint {text!r} is not a local directory: the replicator writes its "
+                                             "status files beside the checkpoint with local file I/O; give a path "
+                                             "(or file:// URL) on a mount every machine the driver may run on sees")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,4 +231,25 @@ def topic_changes(source: Mapping[str, TopicShape], target: Mapping[str, TopicSh
                                 max(wanted.write_queue_nums, current.write_queue_nums), wanted.perm)
         if wanted != current:
             changes[broker] = wanted
+    return changes
+
+
+def group_changes(source: Mapping[str, Mapping[str, int]],
+                  target: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """What the config job adds to each target master (broker name -> group -> first contact, ms)
+    for the consumer groups the source's masters know: every group a target master lacks, with its
+    earliest first contact on the source. A group reads a queue it has no offset for from the first
+    message stored at or after its first contact, and a copy is stored after its original, so from
+    that contact the group misses no copy of a message it would have read on the source. A group
+    the target knows keeps its own first contact (a consumer there may be reading from it). Brokers
+    with nothing to add do not appear."""
+    earliest: dict[str, int] = {}
+    for groups in source.values():
+        for group, first_contact_ms in groups.items():
+            earliest[group] = min(first_contact_ms, earliest.get(group, first_contact_ms))
+    changes = {}
+    for broker, known in target.items():
+        missing = {group: ms for group, ms in sorted(earliest.items()) if group not in known}
+        if missing:
+            changes[broker] = missing
     return changes

@@ -40,9 +40,9 @@ def spark_session(master: str | None, app_name: str) -> Any:
 
 
 def start_jobs(spark: Any, settings: Settings) -> list[Any]:
-    """Every job's query; the topics are copied once before any data moves, so that the target has
-    every queue the replicate job writes to."""
-    jobs.copy_topics(settings.source, settings.target, settings.topics)
+    """Every job's query; the config is copied once before any data moves, so that the target has
+    every queue the replicate job writes to and knows every group before it can move there."""
+    jobs.copy_config(settings.source, settings.target, settings.topics)
     queries = [jobs.start_config(spark, settings), jobs.start_replicate(spark, settings),
                *jobs.start_heartbeat(spark, settings)]
     if settings.groups:

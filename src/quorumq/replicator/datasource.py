@@ -126,9 +126,10 @@ class QueueReader(DataSourceStreamReader):
         self.options = options
         self._ranges_at = 0.0
         self._ranges: dict[QueueKey, tuple[int, int]] = {}  # queue -> (min offset, end offset)
+        self._lost_until: dict[QueueKey, int] = {}  # queue -> the end of the last data loss logged
 
     def __getstate__(self) -> dict:
-        return {"options": self.options, "_ranges_at": 0.0, "_ranges": {}}
+        return {"options": self.options, "_ranges_at": 0.0, "_ranges": {}, "_lost_until": {}}
 
     def initialOffset(self) -> dict:
         ranges = self._queue_ranges()
@@ -142,16 +143,13 @@ class QueueReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_offsets = plan.decode_offsets(start)
         ranges = self._queue_ranges()
-        known = {}
-        for queue, (min_offset, end_offset) in ranges.items():
-            if queue not in start_offsets:  # a new queue: from its first message, in the next batch
-                known[queue] = min_offset
-            elif start_offsets[queue] < min_offset:
+        min_offsets = {queue: min_offset for queue, (min_offset, _) in ranges.items()}
+        known, lost = plan.resume_offsets(start_offsets, min_offsets)  # new queues join, read from the next batch
+        for queue, (first, end) in lost.items():
+            if self._lost_until.get(queue, -1) < end:  # once per loss, however often Spark asks from that start
                 log.warning("data loss: %s lost offsets %d..%d to retention before they were replicated",
-                            queue, start_offsets[queue], min_offset - 1)
-                known[queue] = start_offsets[queue]
-            else:
-                known[queue] = start_offsets[queue]
+                            queue, first, end - 1)
+                self._lost_until[queue] = end
         available = {queue: end for queue, (_, end) in ranges.items() if queue in start_offsets}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         ends = plan.admit({q: known[q] for q in available}, available, max_rows,

@@ -6,7 +6,8 @@
   that topic, and the tick reads the target's copy back for latency and connectivity;
 - checkpoint: translates consumer-group offsets from the source to the target through the offset
   syncs the replicate sink writes with each batch;
-- config: copies topics (queue numbers, permission) to the target, created or expanded, never shrunk.
+- config: copies topics (queue numbers, permission) to the target, created or expanded, never shrunk,
+  and the consumer groups the source knows (access rules too, once quorumq brokers have them).
 
 The small jobs run on the driver from `foreachBatch` of Spark's `rate` source, so they too get a
 trigger, progress and restart handling from Spark.
@@ -39,7 +40,7 @@ class Settings:
     source: str  # access point of the primary
     target: str  # access point of the standby
     topics: tuple[str, ...]
-    checkpoint: Path  # one directory per job below it
+    checkpoint: Path  # local: one directory per job below it, status files beside them
     tag_filters: dict[str, str]
     on_failure: str = "fail"
     dedupe: bool = False
@@ -127,13 +128,40 @@ def _masters(access_point: str) -> dict[str, str]:
     return {broker.broker_name: broker.address for broker in brokers}
 
 
+def _master_metadata(access_point: str) -> dict[str, Any]:
+    """Broker name -> metadata (topics as the broker holds them, consumer groups) of every master."""
+    admin = clients.admin(access_point)
+    return {broker: admin.metadata(address) for broker, address in _masters(access_point).items()}
+
+
 def _topic_shapes(access_point: str) -> dict[str, dict[str, TopicShape]]:
     """Broker name -> topic -> shape, of every master (as each broker holds it, not as a route
     would show a topic that does not exist yet)."""
-    admin = clients.admin(access_point)
-    return {broker: {t.name: TopicShape(t.read_queue_nums, t.write_queue_nums, t.perm)
-                     for t in admin.metadata(address).topics}
-            for broker, address in _masters(access_point).items()}
+    return {broker: {t.name: TopicShape(t.read_queue_nums, t.write_queue_nums, t.perm) for t in metadata.topics}
+            for broker, metadata in _master_metadata(access_point).items()}
+
+
+def copy_groups(source: str, target: str) -> dict[str, dict[str, int]]:
+    """Make every master of the target know the consumer groups the source's masters know, each
+    from its earliest first contact there (core.replicator.group_changes), so that a group moved to
+    the target starts no later than on the source on a queue it has no offset for; the groups
+    added (first contact, ms), by target broker name. Offsets are not copied: they differ between
+    clusters, and the checkpoint job translates them."""
+    source_groups, target_groups = ({broker: dict(data.groups) for broker, data in _master_metadata(side).items()}
+                                    for side in (source, target))
+    changes = plan.group_changes(source_groups, target_groups)
+    target_masters = _masters(target)
+    for broker, groups in changes.items():
+        clients.admin(target).add_consumer_groups(target_masters[broker], groups)
+        log.info("config: %s of the target now knows the groups %s", broker, ", ".join(groups))
+    return changes
+
+
+def copy_config(source: str, target: str, topics: tuple[str, ...]) -> tuple[dict[str, dict[str, TopicShape]],
+                                                                         dict[str, dict[str, int]]]:
+    """One run of the config job: the topics, then the consumer groups; the changes made. Access
+    rules are not copied: quorumq brokers have none yet (aclEnable is accepted but unused)."""
+    return copy_topics(source, target, topics), copy_groups(source, target)
 
 
 def ensure_system_topic(access_point: str, topic: str) -> None:
@@ -146,7 +174,7 @@ def ensure_system_topic(access_point: str, topic: str) -> None:
 
 def start_config(spark: Any, settings: Settings) -> Any:
     return _tick(spark, "config", settings, settings.config_interval_s,
-                 lambda: copy_topics(settings.source, settings.target, settings.topics))
+                 lambda: copy_config(settings.source, settings.target, settings.topics))
 
 
 # Heartbeat.
