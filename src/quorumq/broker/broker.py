@@ -508,8 +508,9 @@ class Broker:
         try:
             appended = store_append()
             self.stats["msgPutTotal"] += count
-            # Stored messages are readable at once, as RocketMQ dispatches them before any wait;
-            # a send cancelled during its wait must not leave long polls asleep.
+            # Stored messages are readable at once, as RocketMQ dispatches them before any wait
+            # (with a read bound, once the members hold them: readable_end); a send cancelled
+            # during its wait must not leave long polls asleep.
             self.replication.notify_appended()
             for topic in topics:
                 self.arrivals.notify(topic)

@@ -45,7 +45,7 @@ class _SlaveConnection:
     session: int
     writer: asyncio.StreamWriter
     codec: ReplicationConnection
-    start_offset: int  # where its stream starts (see ReplicationMaster._stream_start)
+    start_offset: int  # where its stream starts (see ReplicationMaster._check_handshake)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     master_offset_at_send: int = 0  # the master's log end when it last sent DATA: "caught up" is an ack past it
 

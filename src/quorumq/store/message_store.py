@@ -800,9 +800,13 @@ class MessageStore:
         """The first queue offset in [offset, high) whose record ends past `readable_end`, else
         high. A queue's records lie in commit-log order, so a binary search finds it."""
         end = self.readable_end()
-        if end is None or sum(queue.entry_at(high - 1)[:2]) <= end:
+
+        def past_end(entry: tuple[int, int, int]) -> bool:
+            return entry[0] + entry[1] > end
+
+        if end is None or not past_end(queue.entry_at(high - 1)):
             return high
-        return queue.first_offset_where(offset, high, lambda entry: entry[0] + entry[1] > end)
+        return queue.first_offset_where(offset, high, past_end)
 
     def _match_entries(self, queue: ConsumeQueue, offset: int, end: int, max_count: int, max_bytes: int,
                        tag_hashes: frozenset[int] | None) -> tuple[list[tuple[int, int, int]], int]:
