@@ -19,6 +19,7 @@ from typing import Callable
 from controller_group import Group
 from harness import pid_alive, start_process
 from history import History
+from quorumq.store.checkpoint import load_checkpoint
 from quorumq.store.message_store import FSYNC_LOG_NAME
 from network import DOWN, UP, Network
 
@@ -115,6 +116,38 @@ def torn_tail(group: Group, network: Network, rng: random.Random) -> tuple[str, 
     return broker["address"], lambda: start_process(broker)
 
 
+def corrupt_at_rest(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F10: SIGKILL a broker and flip 1 to 8 bits in its commit log (a record below its last
+    checkpoint: a sealed segment when there is one), a consume-queue file or its epoch file;
+    restarted at heal. It must find the damage, repair it from its peers and, until then, never
+    be elected while a sound broker is alive."""
+    broker = rng.choice(group.brokers)
+    _dead(broker)
+    store = Path(broker["data_dir"])
+    kind = rng.choice(["commitlog", "consumequeue", "epoch"])
+    if kind == "commitlog":
+        segments = sorted((store / "commitlog").glob("[0-9]*"))
+        path = segments[-2] if len(segments) > 1 else segments[-1]
+        vouched = load_checkpoint(store / "checkpoint").flushed_offset - int(path.name)
+        end = min(_written_length(path), vouched)
+    elif kind == "consumequeue":
+        path = rng.choice(sorted(p for p in (store / "consumequeue").rglob("*") if p.is_file()))
+        end = path.stat().st_size
+    else:
+        path = store / "epochFileCheckpoint"
+        end = path.stat().st_size
+    if end > 0:
+        with open(path, "r+b") as data:
+            for _ in range(rng.randint(1, 8)):
+                position, bit = rng.randrange(end), rng.randrange(8)
+                data.seek(position)
+                flipped = bytes([data.read(1)[0] ^ (1 << bit)])
+                data.seek(position)
+                data.write(flipped)
+            os.fsync(data.fileno())
+    return f"{path.relative_to(store)} {broker['address']}", lambda: start_process(broker)
+
+
 def partition(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F6: cut the master off from its slaves, from the controllers or from both (clients still
     reach it), or a slave from the controllers. A master cut off from both must ack nothing."""
@@ -197,11 +230,12 @@ def _written_length(segment: Path) -> int:
 
 FAULTS: dict[str, Callable[[Group, Network, random.Random], tuple[str, Heal]]] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
-    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F11": power_loss, "F12": clock_jump,
+    "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F10": corrupt_at_rest,
+    "F11": power_loss, "F12": clock_jump,
 }
 # How long a fault is held, and the rest after it, in seconds (drawn uniformly).
 HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F6": (5, 20),
-          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F11": (5, 15), "F12": (10, 60)}
+          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F10": (1, 10), "F11": (5, 15), "F12": (10, 60)}
 REST_S = (8, 15)
 # F13, combined chaos: each time a kind drawn from all of the above, after a shorter rest.
 COMBINED = "F13"

@@ -176,6 +176,60 @@ def test_a_slave_whose_log_is_corrupt_cuts_it_and_fetches_the_rest_again(group):
     assert "corrupt at" in log_since(slave, logged_before)
 
 
+def flip_bit(path: Path, position: int) -> None:
+    with open(path, "r+b") as data:
+        data.seek(position)
+        flipped = bytes([data.read(1)[0] ^ 0x08])
+        data.seek(position)
+        data.write(flipped)
+
+
+def test_a_bit_flipped_in_a_sealed_segment_at_rest_is_repaired_from_the_master(group):
+    """F10: a slave stopped cleanly (its checkpoint vouches for its whole log) finds, when it
+    starts again, a bit flipped in a sealed segment: every record is checked at open, so it cuts
+    its log there and copies the rest from the master again; the segment ends byte-identical to
+    the master's."""
+    topic = group.new_topic()
+    fill_segments(group, topic, 2)
+    master, slave = group.master(), group.slaves()[0]
+    stop_process(slave)
+    logged_before = log_end(slave)
+    sealed = sorted((Path(slave["data_dir"]) / "commitlog").iterdir())[-2]
+    flip_bit(sealed, int(SETS["mappedFileSizeCommitLog"]) // 2)  # inside a 100 KiB body
+    start_process(slave)
+    group.wait_in_sync()
+    assert group.send(topic, b"after") == SEND_OK
+    check_for(SETTLE_S, 0.2, lambda: logs_match(group, slave, master), "the slave's log ends as the master's")
+    assert "corrupt at" in log_since(slave, logged_before)
+    assert sealed.read_bytes() == (Path(master["data_dir"]) / "commitlog" / sealed.name).read_bytes()
+
+
+def test_a_master_that_finds_its_log_damaged_gives_the_role_to_a_sound_slave(group):
+    """F10: a bit flips in a record of the running master's log; the read that meets it marks the
+    store damaged, the master says so in its heartbeats and the controller elects a sound member
+    of the SyncStateSet. The old master cuts its log at the damage as a slave and copies the rest
+    back, and every acknowledged message is served whole."""
+    topic = group.new_topic()
+    bodies = [f"{topic}-{index:04d}".encode() for index in range(50)]
+    for body in bodies:
+        assert group.send(topic, body) == SEND_OK
+    master = group.master()
+    segment = next(path for path in sorted((Path(master["data_dir"]) / "commitlog").iterdir())
+                   if bodies[10] in path.read_bytes())
+    flip_bit(segment, segment.read_bytes().index(bodies[10]) + 3)
+    try:
+        served = group.bodies(topic)
+    except ClientError as error:
+        served = error.name
+    assert served != bodies, "the damaged record was served"
+    new_master = check_for(FAILOVER_S + SETTLE_S, 0.2, lambda: (m := group.master()) is not master and m,
+                           "a new master")
+    assert new_master is not master
+    group.wait_in_sync()
+    assert group.bodies(topic) == bodies
+    check_for(SETTLE_S, 0.2, lambda: logs_match(group, master, new_master), "the old master's log ends as the new one's")
+
+
 def lose_store(broker: dict) -> None:
     """SIGKILL a broker and delete its log, queues, checkpoint and epoch file, keeping its
     identity and configs: a replica whose disk was replaced."""

@@ -28,9 +28,10 @@ def address(broker_id: int) -> str:
 
 
 def live(broker_id: int, epoch: int = 0, offset: int = 0, priority: int = cs.PRIORITY_DEFAULT,
-         heard_ms: int = NOW, timeout_ms: int = TIMEOUT_MS, async_learner: bool = False) -> cs.LiveBroker:
+         heard_ms: int = NOW, timeout_ms: int = TIMEOUT_MS, async_learner: bool = False,
+         store_damaged: bool = False) -> cs.LiveBroker:
     return cs.LiveBroker(broker_id, address(broker_id), heard_ms, timeout_ms, epoch, offset, offset, priority,
-                         async_learner)
+                         async_learner, store_damaged)
 
 
 def alive(*entries) -> dict[int, cs.LiveBroker]:
@@ -268,6 +269,36 @@ def test_decision_13_an_async_learner_is_never_elected():
     reply, events, _ = run(registered(1, 2), cs.ElectMaster("C", "b", 1, Trigger.BROKER),
                            alive(live(1, async_learner=True)))
     assert reply.code is Code.CONTROLLER_ELECT_MASTER_FAILED and events == ()
+
+
+def test_decision_14_a_damaged_master_is_replaced_by_a_sound_member():
+    """F10: the master reports a damaged store; the scan asks for an election, which passes the
+    damaged broker over though it ranks best otherwise, and a preferred broker that is damaged
+    is not handed the role."""
+    broker_set = in_sync(1, 1, 2, 3)
+    data = alive(live(1, epoch=1, offset=90, store_damaged=True), live(2, epoch=1, offset=70),
+                 live(3, epoch=1, offset=80))
+    assert cs.inactive_master(broker_set, data, NOW)
+    reply, _, after = run(broker_set, controller_elect(), data)
+    assert state(reply)[:2] == (Code.SUCCESS, 3)
+    assert not cs.inactive_master(after, data, NOW)
+    preferred = alive(live(1, epoch=1), live(2, epoch=1, priority=cs.PREFERRED_PRIORITY, store_damaged=True))
+    assert cs.handover_target(in_sync(1, 1, 2), preferred, NOW, PREFERRED) is None
+
+
+def test_decision_14_a_damaged_broker_wins_only_when_no_sound_one_is_alive():
+    broker_set = in_sync(1, 1, 2, 3)
+    sound_elsewhere = alive(live(1, store_damaged=True), live(2, store_damaged=True, offset=9), live(3, offset=1))
+    assert not cs.inactive_master(in_sync(1, 1, 2), alive(live(1, store_damaged=True), live(3)), NOW)  # 3 is no member
+    alone = alive(live(1, store_damaged=True), live(2, store_damaged=True, offset=9))
+    assert not cs.inactive_master(broker_set, alone, NOW)  # no sound member to hand the role to
+    reply, _, _ = run(broker_set, controller_elect(), alone)
+    assert reply.code is Code.CONTROLLER_MASTER_STILL_EXIST
+    lost_master = {2: sound_elsewhere[2], 3: sound_elsewhere[3]}
+    reply, _, _ = run(broker_set, controller_elect(), lost_master)
+    assert state(reply)[:2] == (Code.SUCCESS, 3)  # the sound one, though 2 holds more
+    reply, _, _ = run(broker_set, controller_elect(), {2: sound_elsewhere[2]})
+    assert state(reply)[:2] == (Code.SUCCESS, 2)  # a damaged one rather than none
 
 
 # Scenarios 42 and 49: liveness with numbers.

@@ -105,11 +105,14 @@ class Broker:
         self.recent_sends = RecentSends()
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
         self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
+        self._repair_until: int | None = None  # see store_damaged
         self.store.readable_end = self.readable_end
 
     def open(self) -> None:
         report = self.store.open()
         log.info("store recovered: %s", report)
+        if report.truncated_bytes:
+            self._repair_until = report.end_offset + report.truncated_bytes
         self.topics.load()
         self.consumers = ConsumerGroups(self.store, Path(self.config["storePathRootDir"]), self.clock)
         self.flusher = Flusher(self.store, sync_flush=self.config["flushDiskType"] == "SYNC_FLUSH",
@@ -241,6 +244,19 @@ class Broker:
         log.error("refusing a role of master epoch %d: this log already holds epoch %d", epoch, self.epochs.last_epoch)
         return True
 
+    @property
+    def store_damaged(self) -> bool:
+        """Whether this log holds damage it has not yet repaired: a record found failing its check,
+        or, after one was cut (with a torn tail cut by recovery), less than it held before, until
+        a master has sent that much again. The controller elects a damaged broker only when no
+        sound one is alive (core/controller_state, decision 14)."""
+        if self.store.corrupt_offset is not None:
+            return True
+        if self._repair_until is not None and self.store.max_offset >= self._repair_until:
+            log.info("the log holds %d bytes again: its damage is repaired", self.store.max_offset)
+            self._repair_until = None
+        return self._repair_until is not None
+
     def align_with(self, master_epochs: EpochCache, master_max_offset: int) -> int:
         """Cut this slave's log and epochs back to where they agree with its master's (spec 2.9):
         the log first, durably, then the epoch file. Returns the offset it now ends at; -1 when
@@ -251,6 +267,7 @@ class Broker:
         corrupt = self.store.corrupt_offset
         if corrupt is not None:
             log.error("the commit log is corrupt at %d: cutting it there to fetch the rest from the master", corrupt)
+            self._repair_until = max(self._repair_until or 0, self.store.max_offset)
             self.store.truncate(corrupt)
             self.epochs.reconcile(corrupt)
         local_max = self.store.max_offset

@@ -194,7 +194,8 @@ class ControllerLink:
             **self._names, broker_id=broker.controller_id, address=broker.address, ha_address=broker.ha_address,
             epoch=broker.epochs.last_epoch, max_offset=broker.store.max_offset,
             confirm_offset=self.confirm_offset(), election_priority=self.config["brokerElectionPriority"],
-            timeout_ms=self.config["controllerHeartBeatTimeoutMills"], async_learner=self.config["asyncLearner"])
+            timeout_ms=self.config["controllerHeartBeatTimeoutMills"], async_learner=self.config["asyncLearner"],
+            store_damaged=broker.store_damaged)
 
     async def _heartbeat_source(self):
         while True:

@@ -365,7 +365,8 @@ class Controller(pb_grpc.ControllerServicer):
         brokers = self.live.setdefault(heartbeat.broker_name, {})
         report = cs.LiveBroker(heartbeat.broker_id, heartbeat.address, now_ms(), heartbeat.timeout_ms,
                                heartbeat.epoch, heartbeat.max_offset, heartbeat.confirm_offset,
-                               heartbeat.election_priority, heartbeat.async_learner)
+                               heartbeat.election_priority, heartbeat.async_learner,
+                               heartbeat.store_damaged)
         brokers[heartbeat.broker_id] = cs.on_heartbeat(brokers.get(heartbeat.broker_id), report)
         self.ha_addresses.setdefault(heartbeat.broker_name, {})[heartbeat.broker_id] = heartbeat.ha_address
         self.clusters[heartbeat.broker_name] = heartbeat.cluster

@@ -59,6 +59,13 @@ Decisions on RocketMQ's quirks, KEEP or FIX:
 13. FIX (#10013). A broker whose heartbeats say asyncLearner is never a candidate: not in the
     first election it asks for, not among the SyncStateSet (it never joins it), not in an unclean
     election. RocketMQ's controller knows nothing of learners and can elect one.
+14. FIX (reliability spec F10). A broker whose heartbeats say its store is damaged (recovery or
+    a read found a record failing its check, or recovery cut a tail, and it has not yet copied
+    that much back from a master) ranks below every sound candidate, and a damaged master is
+    lost while a sound member of the SyncStateSet is active: the leader's scan elects that
+    member, and the old master repairs its log as a slave. With no sound member alive a damaged
+    broker can still win: it holds what it acknowledged up to the damage, and refusing every
+    candidate would leave the set without a master after a power loss of all its brokers.
 """
 
 import json
@@ -221,6 +228,7 @@ class LiveBroker:
     confirm_offset: int
     priority: int = PRIORITY_DEFAULT  # brokerElectionPriority: lower is preferred
     async_learner: bool = False  # asyncLearner: copies the log, never joins the SyncStateSet or wins
+    store_damaged: bool = False  # its log has damage it has not yet repaired (decision 14)
 
     def active(self, now_ms: int) -> bool:
         """isBrokerActive: heard from within its timeout (the bound is inclusive)."""
@@ -474,10 +482,15 @@ _APPLIERS: dict[type, Callable] = {
 
 # Elections (spec 2.5).
 
-def _rank(live: Mapping[int, LiveBroker], broker_id: int) -> tuple[int, int, int, int]:
-    """Sort key, best first: epoch and offset descending, priority ascending, then id (decision 3)."""
+def _rank(live: Mapping[int, LiveBroker], broker_id: int) -> tuple[bool, int, int, int, int]:
+    """Sort key, best first: sound before damaged (decision 14), epoch and offset descending,
+    priority ascending, then id (decision 3)."""
     entry = live[broker_id]
-    return -entry.epoch, -entry.max_offset, entry.priority, broker_id
+    return entry.store_damaged, -entry.epoch, -entry.max_offset, entry.priority, broker_id
+
+
+def _is_damaged(live: Mapping[int, LiveBroker], broker_id: int | None) -> bool:
+    return broker_id in live and live[broker_id].store_damaged
 
 
 def _is_learner(live: Mapping[int, LiveBroker], broker_id: int) -> bool:
@@ -487,14 +500,19 @@ def _is_learner(live: Mapping[int, LiveBroker], broker_id: int) -> bool:
 def _try_elect(candidates: Iterable[int], live: Mapping[int, LiveBroker], now_ms: int, old: int | None,
                prefer: int | None) -> int | None:
     """One pass of the policy: a designated broker if it is an active candidate; otherwise the
-    old master while it is active, else the best-ranked active candidate. Learners never are."""
+    old master while it is active and sound (or nobody is), else the best-ranked active
+    candidate. Learners never are."""
     active = [broker_id for broker_id in candidates
               if _is_active(live, broker_id, now_ms) and not _is_learner(live, broker_id)]
     if prefer is not None:
         return prefer if prefer in active else None
-    if old in active:
+    if old in active and not (_is_damaged(live, old) and _has_sound(active, live)):
         return old
     return min(active, key=lambda broker_id: _rank(live, broker_id), default=None)
+
+
+def _has_sound(broker_ids: Iterable[int], live: Mapping[int, LiveBroker]) -> bool:
+    return any(not _is_damaged(live, broker_id) for broker_id in broker_ids)
 
 
 def _elect(broker_set: BrokerSet, live: Mapping[int, LiveBroker], now_ms: int, prefer: int | None,
@@ -683,9 +701,16 @@ def decide(broker_set: BrokerSet | None, live: Mapping[int, LiveBroker], request
 
 def inactive_master(broker_set: BrokerSet, live: Mapping[int, LiveBroker], now_ms: int) -> bool:
     """Whether the leader should ask for a controller-triggered election (spec 2.6.3): the set has
-    been elected, its master is not active (or none is recorded), and a registered broker is."""
-    if broker_set.master_epoch == 0 or _is_active(live, broker_set.master_id, now_ms):
+    been elected, its master is not active (or none is recorded), and a registered broker is;
+    or its master reports a damaged store and a sound member of the SyncStateSet is active
+    (decision 14)."""
+    master = broker_set.master_id
+    if broker_set.master_epoch == 0:
         return False
+    if _is_active(live, master, now_ms):
+        sound = [member for member in broker_set.sync_state_set - {master}
+                 if _is_active(live, member, now_ms) and not _is_learner(live, member)]
+        return _is_damaged(live, master) and _has_sound(sound, live)
     return any(_is_active(live, broker_id, now_ms) for broker_id in broker_set.brokers)
 
 
@@ -700,5 +725,6 @@ def handover_target(broker_set: BrokerSet, live: Mapping[int, LiveBroker], now_m
     if live[master].priority == PREFERRED_PRIORITY:
         return None
     preferred = [broker_id for broker_id in broker_set.sync_state_set - {master}
-                 if _is_active(live, broker_id, now_ms) and live[broker_id].priority == PREFERRED_PRIORITY]
+                 if _is_active(live, broker_id, now_ms) and live[broker_id].priority == PREFERRED_PRIORITY
+                 and not _is_damaged(live, broker_id)]
     return min(preferred, default=None)

@@ -130,6 +130,13 @@ class ConsumeQueue:
             self._staged = bytearray()
             self.next_offset = self.max_offset
 
+    def repair(self, offset: int, entry: tuple[int, int, int]) -> None:
+        """Write the entry at `offset` again (recovery found it disagreeing with the log)."""
+        assert self.min_offset <= offset < self.max_offset, (offset, self.min_offset, self.max_offset)
+        queue_file = self.files[(offset - self.files[0].start) // self.entries_per_file]
+        write_fully(self._open(queue_file), ENTRY.pack(*entry), (offset - queue_file.start) * ENTRY_SIZE)
+        self._dirty.mark_file(queue_file)
+
     def _file_for_write(self, offset: int) -> QueueFile:
         if self.files and offset < self.files[-1].start + self.entries_per_file:
             return self.files[-1]
