@@ -56,6 +56,8 @@ class Error(Enum):
     INTERNAL_ERROR = ErrorKind(Code.INTERNAL_ERROR, grpc.StatusCode.INTERNAL, True)
     # RocketMQ's SERVICE_NOT_AVAILABLE: a slave refuses writes (its master takes them).
     SERVICE_NOT_AVAILABLE = ErrorKind(Code.HA_NOT_AVAILABLE, grpc.StatusCode.UNAVAILABLE, True)
+    # A commit the master took but not every member of the SyncStateSet confirmed in slaveTimeout.
+    SLAVE_PERSISTENCE_TIMEOUT = ErrorKind(Code.SLAVE_PERSISTENCE_TIMEOUT, grpc.StatusCode.DEADLINE_EXCEEDED, True)
     # The replicator's sink could not store records on the destination and its policy is to fail.
     REPLICATION_FAILED = ErrorKind(Code.INTERNAL_SERVER_ERROR, grpc.StatusCode.ABORTED, True)
 

@@ -1,4 +1,4 @@
-"""The checkers of the reliability spec (C1 to C5, C7, C8) over a run's history and the final read
+"""The checkers of the reliability spec (C1 to C8) over a run's history and the final read
 of every replica after healing. Pure: they read what they are given and judge.
 
 The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order;
@@ -116,6 +116,31 @@ def order(records: list[dict], final: FinalRead, final_master: str) -> Result:
                   ("acks out of order", "stored out of order"), _examples(bad_acks + bad_reads))
 
 
+def commits(records: list[dict]) -> Result:
+    """C6: a group's committed offset of a queue never goes back: each acknowledged commit is at
+    or past the ones acknowledged before it, and a position read (where a consumer that takes a
+    queue starts) is at or past every commit acknowledged before the read began."""
+    acked: dict[tuple[str, int], int] = {}  # the highest acknowledged commit of (group, queue)
+    bounds: dict[int, int] = {}  # a position read's op -> the commit it must not fall below
+    back = []
+    for r in records:
+        if r["f"] not in ("commit", "position"):
+            continue
+        key = (r["value"]["group"], r["value"]["queue"])
+        if r["f"] == "position" and r["type"] == "invoke" and key in acked:
+            bounds[r["op"]] = acked[key]
+        elif r["f"] == "position" and r["type"] == "ok" and (r["offset"] or 0) < bounds.get(r["op"], 0):
+            back.append((key, "position", r["offset"], bounds[r["op"]]))
+        elif r["f"] == "commit" and r["type"] == "ok":
+            offset = r["value"]["offset"]
+            if offset < acked.get(key, 0):
+                back.append((key, "commit", offset, acked[key]))
+            acked[key] = max(offset, acked.get(key, 0))
+    count = sum(r["f"] == "commit" and r["type"] == "ok" for r in records)
+    return Result("C6 commits", {"acknowledged commits": count, "moved back": len(back)}, ("moved back",),
+                  _examples(back))
+
+
 def split_brain(records: list[dict]) -> Result:
     """C7: within one master epoch, one queue offset was acknowledged for one value only."""
     acked: dict[tuple[str, int, int], set[str]] = defaultdict(set)
@@ -144,7 +169,8 @@ def convergence(final: FinalRead, in_sync: set[str]) -> Result:
 def check_all(records: list[dict], final: FinalRead, final_master: str, in_sync: set[str]) -> list[Result]:
     return [lost(records, final, final_master, in_sync), unexpected(records, final),
             inconsistent_offsets(records, final), duplicates(records, final, final_master),
-            order(records, final, final_master), split_brain(records), convergence(final, in_sync)]
+            order(records, final, final_master), commits(records), split_brain(records),
+            convergence(final, in_sync)]
 
 
 def summary(records: list[dict]) -> dict[str, int]:

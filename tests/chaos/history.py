@@ -4,6 +4,8 @@ completion: ok, fail (it certainly did not happen) or info (unknown: it may have
 A record: {"time": monotonic s, "process", "type": invoke|ok|fail|info, "f", "op", "value", ...};
 a completion repeats its invocation's process, f and value. Kinds the checkers read:
   send: value "p3-17" (producer p3, sequence 17); ok adds queue "broker-a:2", offset, epoch, broker.
+  position: value {"group", "queue"}: a consumer read the committed offset; ok adds offset (None: none).
+  commit: value {"group", "queue", "offset"}: a consumer committed the offset after what it read.
 Others (the nemesis's "fault" and "heal") are kept for the reader and the availability figures."""
 
 from __future__ import annotations

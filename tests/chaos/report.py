@@ -25,18 +25,21 @@ def table(runs: list[dict]) -> str:
     for run in runs:
         groups[run["fault"], run["profile"]].append(run)
     lines = ["| fault | settings | runs | seconds each | faults injected | acknowledged | lost | "
-             "unexplained duplicates | order violations | failed runs | worst fault -> next ack |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "unexplained duplicates | order violations | commits checked | commits moved back | failed runs | "
+             "worst fault -> next ack |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
         lost = sum(check_count(r, "C1 lost", "lost") for r in group)
         duplicates = sum(check_count(r, "C4 duplicates", "unexplained") for r in group)
         order = sum(check_count(r, "C5 order", "acks out of order") + check_count(r, "C5 order", "stored out of order")
                     for r in group)
+        commits = sum(check_count(r, "C6 commits", "acknowledged commits") for r in group)
+        moved_back = sum(check_count(r, "C6 commits", "moved back") for r in group)
         durations = sorted({r["duration_s"] for r in group})
         worst = max((r["fault_to_ack_max_s"] for r in group if r.get("fault_to_ack_max_s") is not None), default=None)
         lines.append(f"| {fault} | {profile} | {len(group)} | {'/'.join(f'{d:g}' for d in durations)} | "
                      f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | {lost} | {duplicates} | "
-                     f"{order} | {sum(not r['ok'] for r in group)} | {'-' if worst is None else f'{worst:.2f} s'} |")
+                     f"{order} | {commits:,} | {moved_back} | {sum(not r['ok'] for r in group)} | {'-' if worst is None else f'{worst:.2f} s'} |")
     return "\n".join(lines)
 
 

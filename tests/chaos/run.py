@@ -1,5 +1,5 @@
-"""One seeded chaos run: a controller-mode group of three brokers under the W1 send workload and one
-fault kind of the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
+"""One seeded chaos run: a controller-mode group of three brokers under the W1 send and W2 consume
+workloads and one fault kind of the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
         [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
@@ -32,7 +32,7 @@ from history import History, read_history  # noqa: E402
 from nemesis import CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
 from network import Network  # noqa: E402
 from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
-from workload import Producers  # noqa: E402
+from workload import Consumers, Producers  # noqa: E402
 
 TOPIC = "ChaosTopic"
 QUEUES = 4
@@ -106,21 +106,25 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
     """Start the cluster, run the workload under the nemesis, heal, let the group become whole and
     stop its brokers; returns the brokers, the final master, the in-sync replicas and the heal time."""
     group = Group(cluster.start(timeout=90))
-    producers = nemesis = None
+    workloads = []
+    nemesis = None
     try:
         group.wait_in_sync()
         for broker in group.brokers:
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
-        producers = Producers(cluster.info["access_point"], TOPIC, history)
+        access_point = cluster.info["access_point"]
+        workloads = [Producers(access_point, TOPIC, history), Consumers(access_point, TOPIC, QUEUES, history)]
         nemesis = Nemesis(fault, group, network, history, seed)
-        producers.start()
+        for workload in workloads:
+            workload.start()
         nemesis.start()
         time.sleep(duration_s)
         nemesis.stop()
         group.restore()
         healed_at = time.monotonic()
         time.sleep(AFTER_HEAL_S)
-        producers.stop()
+        for workload in workloads:
+            workload.stop()
         info = group.wait_in_sync()
         final_master = group.master()["address"]
         in_sync = {info["brokers"][str(broker_id)] for broker_id in info["sync_state_set"]}
@@ -130,8 +134,8 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
     finally:
         if nemesis:
             nemesis.halt()
-        if producers:
-            producers.halt()
+        for workload in workloads:
+            workload.halt()
         group.close()
 
 

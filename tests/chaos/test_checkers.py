@@ -3,8 +3,8 @@ lets through what the spec allows (recovered values, retried duplicates)."""
 
 import threading
 
-from checkers import (check_all, convergence, duplicates, inconsistent_offsets, lost, order, split_brain,
-                      unexpected, verdict_table)
+from checkers import (check_all, commits, convergence, duplicates, inconsistent_offsets, lost, order,
+                      split_brain, unexpected, verdict_table)
 from history import History, read_history
 
 Q0, Q1 = "broker-a:0", "broker-a:1"
@@ -144,3 +144,45 @@ def test_a_torn_last_line_is_left_out(tmp_path):
     with open(path, "a") as out:
         out.write('{"time": 1, "proc')
     assert [r["value"] for r in read_history(path)] == ["p0-0"]
+
+
+def consumer_ops(*ops):
+    """Records for consumer operations given as (f, outcome, offset) on one group's queue 0: a
+    commit of `offset`, or a position read that answered `offset`."""
+    records = []
+    for op, (f, outcome, offset) in enumerate(ops):
+        key = {"group": "g", "queue": 0}
+        value = {**key, "offset": offset} if f == "commit" else key
+        records.append({"time": op, "process": "g/c0", "type": "invoke", "f": f, "op": op, "value": value})
+        done = {"time": op + 0.5, "process": "g/c0", "type": outcome, "f": f, "op": op, "value": value}
+        if f == "position" and outcome == "ok":
+            done["offset"] = offset
+        records.append(done)
+    return records
+
+
+def test_commits_that_only_go_forward_pass():
+    records = consumer_ops(("position", "ok", None), ("commit", "ok", 5), ("commit", "info", 9),
+                           ("position", "ok", 9), ("commit", "ok", 12), ("position", "ok", 12))
+    result = commits(records)
+    assert result.ok and result.counts["acknowledged commits"] == 2
+
+
+def test_a_position_below_an_acknowledged_commit_moved_back():
+    records = consumer_ops(("commit", "ok", 5), ("commit", "ok", 12), ("position", "ok", 5))
+    result = commits(records)
+    assert not result.ok and result.examples == [(("g", 0), "position", 5, 12)]
+
+
+def test_a_position_read_begun_before_the_commit_was_acknowledged_may_be_older():
+    records = consumer_ops(("commit", "ok", 5))
+    read = [{"time": 0.2, "process": "g/c1", "type": "invoke", "f": "position", "op": 9,
+             "value": {"group": "g", "queue": 0}},
+            {"time": 0.7, "process": "g/c1", "type": "ok", "f": "position", "op": 9,
+             "value": {"group": "g", "queue": 0}, "offset": None}]
+    assert commits([records[0], read[0], records[1], read[1]]).ok
+
+
+def test_an_acknowledged_commit_below_an_earlier_one_moved_back():
+    result = commits(consumer_ops(("commit", "ok", 12), ("commit", "fail", 3), ("commit", "ok", 7)))
+    assert not result.ok and result.counts["moved back"] == 1

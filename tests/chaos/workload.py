@@ -1,29 +1,33 @@
-"""W1 of the reliability spec: producers that send unique values, one send in flight each, and write
-every send to the history (invoke, then ok, fail or info) so the checkers can judge the cluster."""
+"""The workloads of the reliability spec, each in a thread of its own, writing every operation to
+the history (invoke, then ok, fail or info) so the checkers can judge the cluster:
+
+- W1, producers that send unique values, one send in flight each;
+- W2, consumer groups that pull, commit after processing and are rebalanced now and then."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 
 from history import History
-from quorumq.client import ClientError, Message, Producer
+from quorumq.client import ClientError, Message, Producer, PullConsumer
 
 SEND_TIMEOUT_S = 5.0
 # Refusals that say the message was not stored; every other error leaves it unknown ("info").
 DEFINITE_REFUSALS = frozenset({"TOPIC_NOT_FOUND", "NO_PERMISSION", "MESSAGE_ILLEGAL", "BAD_REQUEST"})
+CONSUMER_TIMEOUT_S = 5.0
+REBALANCE_S = 30.0
+PULL_BATCH = 32
+RETRY_PAUSE_S = 0.2
 
 
-class Producers:
-    """`count` producers in one thread of their own; each sends `p<i>-<seq>` values one at a time,
-    every `pause_s`, and sends a value again once after an unknown outcome."""
+class Workload:
+    """Runs `_run()` in a thread of its own until halted."""
 
-    def __init__(self, access_point: str, topic: str, history: History, count: int = 4,
-                 pause_s: float = 0.02) -> None:
-        self.access_point, self.topic, self.history = access_point, topic, history
-        self.count, self.pause_s = count, pause_s
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="producers", daemon=True)
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._guarded()), name=name, daemon=True)
         self.error: BaseException | None = None
 
     def start(self) -> None:
@@ -34,18 +38,35 @@ class Producers:
         self._thread.join(timeout)
 
     def stop(self) -> None:
-        """Halt, and raise what made a producer fail."""
+        """Halt, and raise what made the workload fail."""
         self.halt()
         if self._thread.is_alive():
-            raise RuntimeError("the producers did not stop")
+            raise RuntimeError(f"{self._thread.name} did not stop")
         if self.error:
-            raise RuntimeError("a producer failed") from self.error
+            raise RuntimeError(f"{self._thread.name} failed") from self.error
 
-    async def _run(self) -> None:
+    async def _guarded(self) -> None:
         try:
-            await asyncio.gather(*(self._produce(f"p{index}") for index in range(self.count)))
+            await self._run()
         except BaseException as error:  # surfaced by stop()
             self.error = error
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Producers(Workload):
+    """W1: `count` producers; each sends `p<i>-<seq>` values one at a time, every `pause_s`, and
+    sends a value again once after an unknown outcome."""
+
+    def __init__(self, access_point: str, topic: str, history: History, count: int = 4,
+                 pause_s: float = 0.02) -> None:
+        super().__init__("producers")
+        self.access_point, self.topic, self.history = access_point, topic, history
+        self.count, self.pause_s = count, pause_s
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._produce(f"p{index}") for index in range(self.count)))
 
     async def _produce(self, name: str) -> None:
         async with Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S) as producer:
@@ -73,4 +94,78 @@ class Producers:
             return False
         self.history.ok(op, queue=f"{result.broker_name}:{result.queue_id}", offset=result.queue_offset,
                         epoch=result.master_epoch, broker=result.broker_name, attempts=result.attempts)
+        return True
+
+
+class Consumers(Workload):
+    """W2: `groups` consumer groups of two consumers each share the topic's queues; a consumer
+    reads a queue's committed offset when it takes the queue ("position"), pulls, and commits
+    the offset after what it read ("commit"). Every REBALANCE_S the queues change hands; a queue
+    is worked by one consumer at a time, and a consumer that lost a queue, or an answer, reads
+    the committed offset again before it goes on."""
+
+    def __init__(self, access_point: str, topic: str, queues: int, history: History, groups: int = 2) -> None:
+        super().__init__("consumers")
+        self.access_point, self.topic, self.queues, self.history = access_point, topic, queues, history
+        self.groups = [f"chaos-group-{index}" for index in range(groups)]
+        self._shift = 0  # consumer c of a group works the queues q with (q + shift) % 2 == c
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}  # one consumer on a queue at a time
+
+    def _owner(self, queue: int) -> int:
+        return (queue + self._shift) % 2
+
+    async def _run(self) -> None:
+        self._locks = {(group, queue): asyncio.Lock() for group in self.groups for queue in range(self.queues)}
+        consumers = [self._consume(group, index) for group in self.groups for index in range(2)]
+        await asyncio.gather(self._rebalance(), *consumers)
+
+    async def _rebalance(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(REBALANCE_S)
+            self._shift += 1
+
+    async def _consume(self, group: str, index: int) -> None:
+        name = f"{group}/c{index}"
+        positions: dict[int, int] = {}  # queue -> where this consumer goes on reading
+        async with PullConsumer(self.access_point, group, timeout_s=CONSUMER_TIMEOUT_S) as consumer:
+            for queue in itertools.cycle(range(self.queues)):
+                if self._stop.is_set():
+                    return
+                async with self._locks[group, queue]:
+                    if self._owner(queue) != index:
+                        positions.pop(queue, None)
+                        await asyncio.sleep(0)
+                        continue
+                    if not await self._step(consumer, name, group, queue, positions):
+                        await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _step(self, consumer: PullConsumer, name: str, group: str, queue: int,
+                    positions: dict[int, int]) -> bool:
+        """Position, pull and commit once on one queue; whether it went without error."""
+        key = {"group": group, "queue": queue}
+        if queue not in positions:
+            op = self.history.invoke(name, "position", key)
+            try:
+                committed = await consumer.get_offset(self.topic, queue)
+            except ClientError as error:
+                self.history.fail(op, error.name)
+                return False
+            self.history.ok(op, offset=committed)
+            positions[queue] = committed or 0
+        try:
+            result = await consumer.pull(self.topic, queue, positions[queue], PULL_BATCH, long_poll_s=0.5)
+        except ClientError:
+            return False
+        if not result.messages:
+            return True
+        offset = result.next_offset
+        op = self.history.invoke(name, "commit", {**key, "offset": offset})
+        try:
+            await consumer.commit_offset(self.topic, queue, offset)
+        except ClientError as error:
+            self.history.info(op, error.name)  # it may have been applied: read the position again
+            positions.pop(queue, None)
+            return False
+        self.history.ok(op)
+        positions[queue] = offset
         return True

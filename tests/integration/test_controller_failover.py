@@ -31,7 +31,7 @@ from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Pro
 from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
 from harness import (check_for, cli, log_end, log_since, pid_alive, start_process, stop_process,
                      v5_message, v5_send)
-from quorumq.client import Blocking, ClientError, Message, Producer
+from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer
 from quorumq.controller.server import NEW_LEADER_GRACE_S
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
 
@@ -90,6 +90,24 @@ def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
     assert set(acknowledged) <= set(group.bodies(topic))
     check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
               == group.status(new_master)["commitLogMaxOffset"], "the old master caught up")
+
+
+def test_an_acknowledged_commit_survives_the_masters_sigkill(group):
+    """C6: with allAckInSyncStateSet a pull consumer's commit is answered once every member of the
+    SyncStateSet has applied it, so the master's SIGKILL right after the answer does not move the
+    group's position back (slaves used to copy positions every 3 s)."""
+    topic = group.new_topic()
+    for index in range(30):
+        assert group.send(topic, f"c{index}".encode()) == SEND_OK
+    consumer_group = f"G{uuid.uuid4().hex[:8]}"
+    with Blocking(PullConsumer, group.cluster["access_point"], consumer_group) as consumer:
+        for offset in (10, 20, 30):
+            consumer.commit_offset(topic, 0, offset)
+    master = group.master()
+    stop_process(master, signal.SIGKILL)
+    check_for(FAILOVER_S, 0.1, lambda: group.master() is not master, "a new master")
+    with Blocking(PullConsumer, group.cluster["access_point"], consumer_group) as consumer:
+        assert check_for(SETTLE_S, 0.2, lambda: consumer.get_offset(topic, 0), "the group's position") == 30
 
 
 def test_a_deposed_master_truncates_what_only_it_held(group):

@@ -70,8 +70,8 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
         return pb.ConfigMap(entries=self.broker.status())
 
     @aborts_on_error
-    def GetMetadata(self, request):
-        return self.broker.metadata()
+    async def GetMetadata(self, request):
+        return await self.broker.metadata_for(request)
 
     @aborts_on_error
     def GetBrokerEpochs(self, request):

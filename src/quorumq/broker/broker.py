@@ -15,6 +15,7 @@ All state is owned by the event-loop thread; only fdatasync runs in a worker thr
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -106,6 +107,12 @@ class Broker:
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
         self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
         self._repair_until: int | None = None  # see store_damaged
+        # What slaves copy besides the log (metadata): versions count this process's offset
+        # commits; each slave says which version it has applied (see commit_offset).
+        self.incarnation = uuid.uuid4().hex
+        self.metadata_version = 0
+        self._metadata_applied: dict[int, int] = {}  # slave id -> the version it has applied
+        self._metadata_changed = asyncio.Event()  # replaced by a set one at each change (_pulse)
         self.store.readable_end = self.readable_end
 
     def open(self) -> None:
@@ -210,6 +217,7 @@ class Broker:
             await self.slave.stop()
             self.slave = None
         self.role, self.sync_state = BrokerRole.SLAVE, None
+        self._pulse()  # waiting commits end: a deposed master confirms nothing more
         self.master_epoch, self.master_id = epoch, master_id
         self.master_address = master_address
         self.topics_changed.set()
@@ -303,6 +311,7 @@ class Broker:
 
     def _complete_sync_state_change(self) -> None:
         """Waiting ALL_ACK sends wait for the stricter view of the set (core/sync_state.py decision 4)."""
+        self._pulse()
         if self.replication is not None:
             self.replication.release(self.replication.tracker.set_sync_state_set(
                 self.sync_state.quorum_members - {self.controller_id}))
@@ -344,12 +353,68 @@ class Broker:
     def metadata(self) -> pb.BrokerMetadata:
         """What a slave copies besides the commit log: topic configs, consumer groups, positions."""
         return pb.BrokerMetadata(
+            incarnation=self.incarnation, version=self.metadata_version,
             topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
                                    write_queue_nums=config.write_queue_nums, perm=config.perm)
                     for config in self.topics.all()],
             offsets=[pb.QueueOffset(group=group, topic=topic, queue_id=queue_id, offset=offset)
                      for group, topic, queue_id, offset in self.consumers.positions()],
             groups=self.consumers.groups)
+
+    async def metadata_for(self, request: pb.MetadataRequest) -> pb.BrokerMetadata:
+        """A slave's long poll: note the version it has applied, then answer once there is a newer
+        one, or after `wait_ms`."""
+        mine = request.incarnation == self.incarnation
+        if request.broker_id > 0 and mine:
+            self._metadata_applied[request.broker_id] = request.applied_version
+            self._pulse()
+        deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
+        while mine and self.metadata_version <= request.applied_version:
+            if not await self._changed_before(deadline):
+                break
+        return self.metadata()
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set a group's position. With SYNC_FLUSH it is on disk before the answer, as a send is;
+        in controller mode with allAckInSyncStateSet the answer also waits until every member of
+        the SyncStateSet has applied it (slaves long-poll for it), so no failover takes an
+        acknowledged commit back. Otherwise slaves copy it on their next poll."""
+        self.consumers.commit(group, topic, queue_id, offset)
+        if self.config["flushDiskType"] == "SYNC_FLUSH":
+            self.consumers.persist()
+        self.metadata_version += 1
+        version = self.metadata_version
+        self._pulse()
+        if not (self.controller_mode and self.config["allAckInSyncStateSet"]):
+            return
+        deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
+        while True:
+            if self.sync_state is None:
+                raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is no longer the master: commit "
+                                   "again to the new one")
+            behind = sorted(member for member in self.sync_state.quorum_members - {self.controller_id}
+                            if self._metadata_applied.get(member, 0) < version)
+            if not behind:
+                return
+            if not await self._changed_before(deadline):
+                raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"members {behind} of the SyncStateSet did not "
+                                   f"confirm the commit within slaveTimeout")
+
+    def _pulse(self) -> None:
+        """Wake whoever waits for a metadata version, a slave's confirmation or a role change."""
+        changed, self._metadata_changed = self._metadata_changed, asyncio.Event()
+        changed.set()
+
+    async def _changed_before(self, deadline: float) -> bool:
+        """Wait for the next pulse; False once `deadline` (loop time) has passed."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._metadata_changed.wait(), remaining)
+            return True
+        except TimeoutError:
+            return False
 
     def adopt_metadata(self, metadata: pb.BrokerMetadata) -> None:
         """A slave takes its master's topics, consumer groups and their positions. It never deletes

@@ -107,7 +107,7 @@ class AdminClient:
 
     async def metadata(self, address: str) -> pb.BrokerMetadata:
         """One broker's topic configs, consumer groups and their positions."""
-        return await self._call(self._broker(address).GetMetadata, pb.Empty())
+        return await self._call(self._broker(address).GetMetadata, pb.MetadataRequest())
 
     async def add_consumer_groups(self, address: str, groups: dict[str, int]) -> None:
         """Make one broker know consumer groups (group -> first contact, ms); known ones keep theirs."""

@@ -401,7 +401,7 @@ class BrokerAdminStub:
                 _registered_method=True)
         self.GetMetadata = channel.unary_unary(
                 '/quorumq.cluster.BrokerAdmin/GetMetadata',
-                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.FromString,
                 _registered_method=True)
         self.GetBrokerEpochs = channel.unary_unary(
@@ -519,7 +519,7 @@ def add_BrokerAdminServicer_to_server(servicer, server):
             ),
             'GetMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMetadata,
-                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.MetadataRequest.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.SerializeToString,
             ),
             'GetBrokerEpochs': grpc.unary_unary_rpc_method_handler(
@@ -747,7 +747,7 @@ class BrokerAdmin:
             request,
             target,
             '/quorumq.cluster.BrokerAdmin/GetMetadata',
-            quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.MetadataRequest.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.BrokerMetadata.FromString,
             options,
             channel_credentials,

@@ -333,7 +333,7 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         self.broker.check_queue(topic, queue_id)
         if not 0 <= request.offset <= self.broker.store.queue_max_offset(topic, queue_id):
             raise QuorumqError(Error.ILLEGAL_OFFSET, f"offset {request.offset} is beyond the queue's end")
-        self.broker.consumers.commit(group, topic, queue_id, request.offset)
+        await self.broker.commit_offset(group, topic, queue_id, request.offset)
         return v5s.UpdateOffsetResponse(status=OK)
 
     @answers(v5s.QueryOffsetResponse)
