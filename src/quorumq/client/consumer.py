@@ -3,7 +3,6 @@
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
-import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as v5

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition, WriterCommitMessage
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
