@@ -1,4 +1,4 @@
-"""The checkers of the reliability spec (C1 to C8) over a run's history and the final read
+"""The checkers of the reliability spec (C1 to C8, C10) over a run's history and the final read
 of every replica after healing. Pure: they read what they are given and judge.
 
 The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order;
@@ -166,11 +166,36 @@ def convergence(final: FinalRead, in_sync: set[str]) -> Result:
                   _examples(diverged))
 
 
-def check_all(records: list[dict], final: FinalRead, final_master: str, in_sync: set[str]) -> list[Result]:
+RSS_LIMIT_MB = 256  # a quorumq process's peak resident set in a chaos run; they idle near 55 MB
+
+
+@dataclass(frozen=True)
+class Hygiene:
+    """What the run saw of its processes: the ones found dead that no fault had stopped, each
+    process's peak resident set (VmHWM, MB), and the log lines of unhandled errors."""
+
+    exits: tuple[str, ...] = ()
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    unhandled: tuple[str, ...] = ()
+
+
+def hygiene(facts: Hygiene) -> Result:
+    """C10: no process exited unless a fault stopped it, none logged an unhandled error (a
+    traceback, an asyncio task exception nobody retrieved), none grew past RSS_LIMIT_MB."""
+    over = {name: mb for name, mb in facts.peak_rss_mb.items() if mb > RSS_LIMIT_MB}
+    return Result("C10 hygiene", {"unexpected exits": len(facts.exits), "unhandled errors": len(facts.unhandled),
+                                  "over the RSS limit": len(over),
+                                  "peak RSS MB": round(max(facts.peak_rss_mb.values(), default=0))},
+                  ("unexpected exits", "unhandled errors", "over the RSS limit"),
+                  _examples([*facts.exits, *facts.unhandled, *over]))
+
+
+def check_all(records: list[dict], final: FinalRead, final_master: str, in_sync: set[str],
+              facts: Hygiene) -> list[Result]:
     return [lost(records, final, final_master, in_sync), unexpected(records, final),
             inconsistent_offsets(records, final), duplicates(records, final, final_master),
             order(records, final, final_master), commits(records), split_brain(records),
-            convergence(final, in_sync)]
+            convergence(final, in_sync), hygiene(facts)]
 
 
 def summary(records: list[dict]) -> dict[str, int]:

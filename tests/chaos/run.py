@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from checkers import check_all, summary, verdict_table  # noqa: E402
+from checkers import Hygiene, check_all, summary, verdict_table  # noqa: E402
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_replica  # noqa: E402
-from harness import LocalCluster, free_base_port, stop_process  # noqa: E402
+from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
 from nemesis import CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
 from network import Network  # noqa: E402
@@ -77,9 +77,11 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
                                base_port=base_port, broker_sets=network.broker_sets())
         try:
-            brokers, final_master, in_sync, healed_at = exercise(cluster, network, fault, seed, duration_s, history)
+            outcome = exercise(cluster, network, fault, seed, duration_s, history)
         finally:
             cluster.stop()
+        brokers, final_master, in_sync = outcome.brokers, outcome.final_master, outcome.in_sync
+        facts = Hygiene(outcome.exits, outcome.peak_rss_mb, unhandled_errors(directory / "cluster"))
         segment_bytes = int(PROFILES[profile]["mappedFileSizeCommitLog"])
         final = {broker["address"]: read_replica(Path(broker["data_dir"]), TOPIC, BROKER_NAME, segment_bytes)
                  for broker in brokers}
@@ -90,9 +92,9 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         history.close()
         unmount(mounted)
     records = read_history(history_path)
-    results = check_all(records, final, final_master, in_sync)
+    results = check_all(records, final, final_master, in_sync, facts)
     rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
-            **summary(records), **run_figures(records, healed_at)}
+            **summary(records), **run_figures(records, outcome.healed_at)}
     table = verdict_table(results, rows)
     ok = all(result.ok for result in results)
     (directory / "verdict.txt").write_text(table + "\n")
@@ -101,10 +103,20 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     return RunResult(fault, seed, duration_s, profile, directory, ok, rows, table)
 
 
+@dataclass
+class Outcome:
+    brokers: list[dict]
+    final_master: str
+    in_sync: set[str]  # the in-sync replicas' addresses
+    healed_at: float  # monotonic
+    exits: tuple[str, ...]  # processes found dead once the nemesis had healed its last fault
+    peak_rss_mb: dict[str, float]  # each process's VmHWM before the brokers stopped
+
+
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
-             history: History) -> tuple[list[dict], str, set[str], float]:
-    """Start the cluster, run the workload under the nemesis, heal, let the group become whole and
-    stop its brokers; returns the brokers, the final master, the in-sync replicas and the heal time."""
+             history: History) -> Outcome:
+    """Start the cluster, run the workloads under the nemesis, heal, let the group become whole
+    and stop its brokers."""
     group = Group(cluster.start(timeout=90))
     workloads = []
     nemesis = None
@@ -120,6 +132,8 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         nemesis.start()
         time.sleep(duration_s)
         nemesis.stop()
+        processes = [*group.brokers, *group.controllers]
+        exits = tuple(_name(process) for process in processes if not pid_alive(process["pid"]))
         group.restore()
         healed_at = time.monotonic()
         time.sleep(AFTER_HEAL_S)
@@ -128,15 +142,44 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         info = group.wait_in_sync()
         final_master = group.master()["address"]
         in_sync = {info["brokers"][str(broker_id)] for broker_id in info["sync_state_set"]}
+        peaks = {_name(process): peak_rss_mb(process["pid"]) for process in processes}
         for broker in group.brokers:
             stop_process(broker)
-        return group.brokers, final_master, in_sync, healed_at
+        return Outcome(group.brokers, final_master, in_sync, healed_at, exits, peaks)
     finally:
         if nemesis:
             nemesis.halt()
         for workload in workloads:
             workload.halt()
         group.close()
+
+
+def _name(process: dict) -> str:
+    return Path(process["log"]).parent.name  # broker-a-0, controller-1...
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"no VmHWM for pid {pid}")
+
+
+UNHANDLED_MARKS = ("Traceback (most recent call last)", "Task exception was never retrieved")
+
+
+def unhandled_errors(cluster_dir: Path) -> tuple[str, ...]:
+    """Each traceback or unretrieved task exception in the processes' logs, as the log line
+    that introduced it."""
+    found = []
+    for log_file in sorted(cluster_dir.glob("*/*.log")):
+        previous = ""
+        for line in log_file.read_text(errors="replace").splitlines():
+            if any(mark in line for mark in UNHANDLED_MARKS):
+                found.append(f"{log_file.parent.name}: {previous.strip()[:200]}")
+            previous = line
+    return tuple(found)
 
 
 def run_figures(records: list[dict], healed_at: float) -> dict[str, object]:

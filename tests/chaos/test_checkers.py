@@ -3,8 +3,8 @@ lets through what the spec allows (recovered values, retried duplicates)."""
 
 import threading
 
-from checkers import (check_all, commits, convergence, duplicates, inconsistent_offsets, lost, order,
-                      split_brain, unexpected, verdict_table)
+from checkers import (RSS_LIMIT_MB, Hygiene, check_all, commits, convergence, duplicates, hygiene,
+                      inconsistent_offsets, lost, order, split_brain, unexpected, verdict_table)
 from history import History, read_history
 
 Q0, Q1 = "broker-a:0", "broker-a:1"
@@ -38,7 +38,7 @@ CLEAN_READ = {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0")]}
 
 def test_a_clean_run_passes_every_checker():
     final = {"m": CLEAN_READ, "s": CLEAN_READ}
-    results = check_all(CLEAN, final, "m", {"m", "s"})
+    results = check_all(CLEAN, final, "m", {"m", "s"}, Hygiene(peak_rss_mb={"broker-a-0": 55.0}))
     assert all(result.ok for result in results), verdict_table(results, {})
     assert lost(CLEAN, final, "m", {"m", "s"}).counts["acked"] == 3
 
@@ -186,3 +186,11 @@ def test_a_position_read_begun_before_the_commit_was_acknowledged_may_be_older()
 def test_an_acknowledged_commit_below_an_earlier_one_moved_back():
     result = commits(consumer_ops(("commit", "ok", 12), ("commit", "fail", 3), ("commit", "ok", 7)))
     assert not result.ok and result.counts["moved back"] == 1
+
+
+def test_hygiene_fails_an_exit_an_unhandled_error_or_a_process_past_its_rss_limit():
+    assert hygiene(Hygiene(peak_rss_mb={"broker-a-0": RSS_LIMIT_MB})).ok
+    assert not hygiene(Hygiene(exits=("broker-a-1",))).ok
+    assert not hygiene(Hygiene(unhandled=("broker-a-0: ERROR asyncio: Unhandled exception",))).ok
+    result = hygiene(Hygiene(peak_rss_mb={"broker-a-0": 55.0, "broker-a-2": RSS_LIMIT_MB + 1}))
+    assert not result.ok and result.examples == ["broker-a-2"]

@@ -77,3 +77,17 @@ def test_consumer_offsets_of_a_deleted_topic_are_forgotten(tmp_path):
     again = ConsumerOffsets(tmp_path)
     again.load()
     assert again.topics("g") == ["U"] and again.topics("h") == [] and again.get("h", "T", 1) is None
+
+
+def test_consumer_offsets_that_cannot_be_written_are_a_clear_error_and_written_later(tmp_path):
+    offsets = ConsumerOffsets(tmp_path)
+    offsets.set("g", "T", 0, 7)
+    (tmp_path / "config").write_text("a file where the directory should be")
+    with pytest.raises(QuorumqError) as raised:
+        offsets.persist()
+    assert raised.value.error is Error.INTERNAL_ERROR and "consumer offsets not written" in str(raised.value)
+    (tmp_path / "config").unlink()
+    assert offsets.persist()  # still marked changed: the next persist writes it
+    reloaded = ConsumerOffsets(tmp_path)
+    reloaded.load()
+    assert reloaded.get("g", "T", 0) == 7

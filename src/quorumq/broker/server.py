@@ -25,6 +25,7 @@ from quorumq.endpoint.messaging import MessagingService
 from quorumq.endpoint.reader import MessageReaderService
 from quorumq.namesrv.registry import RouteRegistry, client_route
 from quorumq.endpoint.writer import MessageWriterService
+from quorumq.errors import QuorumqError
 
 log = logging.getLogger("quorumq.broker")
 
@@ -143,7 +144,12 @@ async def copy_master_metadata(broker: Broker) -> None:
             log.debug("copying the master's metadata failed: %s", exc.details())
             await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
             continue
-        broker.adopt_metadata(metadata)
+        try:
+            broker.adopt_metadata(metadata)
+        except QuorumqError as exc:  # not applied, so not confirmed: the master's commits wait
+            log.error("applying the master's metadata failed: %s", exc)
+            await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
+            continue
         applied = (address, metadata.incarnation, metadata.version)
 
 
@@ -153,6 +159,8 @@ async def _every(interval_ms, action) -> None:
         await asyncio.sleep(interval_ms() / 1000)
         try:
             action()
+        except QuorumqError as exc:  # a known failure (a full disk): one line, not a traceback
+            log.error("%s failed: %s", action.__name__, exc)
         except Exception:
             log.exception("%s failed", action.__name__)
 

@@ -294,6 +294,8 @@ class ReplicationMaster:
             for task in (sender, receiver):
                 task.cancel()
             await asyncio.gather(sender, receiver, return_exceptions=True)
+        if receiver in done and receiver.exception() is None:
+            return  # the slave closed cleanly: what the sender met after that is its consequence
         for task in done:
             if task.exception() is not None:
                 raise task.exception()

@@ -4,6 +4,7 @@ The broker sets offsets as consumers commit and calls `persist` on a timer
 (flushConsumerOffsetInterval) and at shutdown; the file is replaced atomically.
 """
 
+import errno
 import json
 from pathlib import Path
 
@@ -61,7 +62,11 @@ class ConsumerOffsets:
         """Write the file if anything changed since the last write; returns whether it wrote."""
         if not self._changed:
             return False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, json.dumps(self._offsets, sort_keys=True, indent=1).encode())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.path, json.dumps(self._offsets, sort_keys=True, indent=1).encode())
+        except OSError as exc:  # kept as changed: the next persist tries again
+            raise QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR,
+                               f"consumer offsets not written: {exc}") from exc
         self._changed = False
         return True

@@ -97,15 +97,22 @@ class Flusher:
                 await asyncio.sleep(self._interval_s)
             try:
                 self._release(await loop.run_in_executor(self._flush_thread, self._store.flush))
-            except OSError:
-                log.exception("commit-log flush failed; waiters time out until a flush succeeds")
+            except OSError as exc:  # a disk's error, not a bug: said in one line
+                log.error("commit-log flush failed (%s); waiters time out until a flush succeeds", exc)
                 await asyncio.sleep(_RETRY_AFTER_S)
 
     async def _checkpoint_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        failing = False  # said once, not every interval of a full disk
         while True:
             await asyncio.sleep(self._checkpoint_interval_s)
             try:
                 await loop.run_in_executor(self._checkpoint_thread, self._store.checkpoint)
-            except OSError:
-                log.exception("checkpoint failed; the next one tries again")
+            except OSError as exc:
+                if not failing:
+                    log.error("checkpoint failed (%s); the next ones try again", exc)
+                failing = True
+                continue
+            if failing:
+                log.info("checkpoint written again")
+            failing = False
