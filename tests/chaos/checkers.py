@@ -205,6 +205,46 @@ def summary(records: list[dict]) -> dict[str, int]:
             "fail": sum(r["type"] == "fail" for r in sends), "info": sum(r["type"] == "info" for r in sends)}
 
 
+def availability(records: list[dict], healed_at: float) -> dict[str, Any]:
+    """C9's figures (the spec sets no bar for them here): the faults, the acknowledged sends, the
+    longest time from a fault (or the heal) to the next acknowledged send, the longest time with
+    no acknowledged send at all, and how long after the heal every consumer group had committed
+    past every send acknowledged before it (None: the groups never got there, or the run had
+    no consumers)."""
+    acked = sorted(r["time"] for r in _completions(records, "send", "ok"))
+    faults = [r["time"] for r in records if r["process"] == "nemesis" and r["f"] == "fault"]
+
+    def to_next_ack(moment: float) -> float | None:
+        return next((round(t - moment, 3) for t in acked if t >= moment), None)
+
+    waits = [wait for wait in map(to_next_ack, faults) if wait is not None]
+    gaps = [later - earlier for earlier, later in zip(acked, acked[1:])]
+    return {"faults": len(faults), "acked": len(acked), "fault_to_ack_max_s": max(waits, default=None),
+            "heal_to_ack_s": to_next_ack(healed_at), "longest_without_ack_s": round(max(gaps, default=0), 3),
+            "heal_to_drain_s": _heal_to_drain(records, healed_at)}
+
+
+def _heal_to_drain(records: list[dict], healed_at: float) -> float | None:
+    ends: dict[int, int] = defaultdict(int)  # queue id -> one past its last send acknowledged before the heal
+    for r in _completions(records, "send", "ok"):
+        if r["time"] <= healed_at:
+            queue = int(r["queue"].rpartition(":")[2])
+            ends[queue] = max(ends[queue], r["offset"] + 1)
+    commits = _completions(records, "commit", "ok")
+    groups = {r["value"]["group"] for r in commits}
+    if not groups:
+        return None
+    drained = []
+    for group in groups:
+        for queue, end in ends.items():
+            reached = [r["time"] for r in commits if r["value"]["group"] == group and r["value"]["queue"] == queue
+                       and r["value"]["offset"] >= end]
+            if not reached:
+                return None
+            drained.append(min(reached))
+    return round(max(max(drained) - healed_at, 0.0), 3)
+
+
 def verdict_table(results: list[Result], rows: dict[str, Any]) -> str:
     """A short table: the run's settings and figures, then each checker's verdict and counts."""
     lines = [" ".join(f"{key}={value}" for key, value in rows.items())]

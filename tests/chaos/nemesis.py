@@ -27,6 +27,8 @@ Heal = Callable[[], None]
 BALLAST_CHUNK = b"\0" * (1 << 20)
 CLOCK_DIR_VARIABLE = "QUORUMQ_CLOCK_DIR"  # where each process's Clock looks for its offset (F12)
 CLOCK_JUMP_MS = 3_600_000
+CLOCK_DRIFT_MS_PER_S = 100
+CLOCK_DRIFT_STEP_S = 0.1
 
 
 def _signal(process: dict, sig: int) -> None:
@@ -165,33 +167,64 @@ def partition(group: Group, network: Network, rng: random.Random) -> tuple[str, 
 
 
 def impair_link(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
-    """F7: one direction of the master's replication or controller links dropped, or a broker's
-    link slowed by 10-500 ms per read."""
-    towards = rng.choice(["slaves", "controllers"])
-    if rng.random() < 0.5:
+    """F7: one direction of the master's replication or controller links dropped, a broker's link
+    slowed by 10-500 ms per read, or 1-10% of the chunks on the master's replication link given a
+    flipped byte. Only replication links are corrupted: its frames carry a CRC, while gRPC in
+    clear text relies on TCP's checksum, which a proxy rewriting bytes bypasses (TLS is the
+    answer there)."""
+    kind = rng.choice(["one-way", "slow", "corrupt"])
+    towards = "slaves" if kind == "corrupt" else rng.choice(["slaves", "controllers"])
+    if kind == "one-way":
         broker = group.master()["address"]
         direction = rng.choice([UP, DOWN])
         network.impair(network.links_of(broker, towards), frozenset({direction}))
         what = f"one-way ({direction} blocked)"
-    else:
+    elif kind == "slow":
         broker = (group.master() if towards == "slaves" else rng.choice(group.brokers))["address"]
         delay_s = rng.uniform(0.01, 0.5)
         network.impair(network.links_of(broker, towards), frozenset(), delay_s)
         what = f"slow ({delay_s * 1000:.0f} ms)"
+    else:
+        broker = group.master()["address"]
+        rate = rng.uniform(0.01, 0.1)
+        network.impair(network.links_of(broker, towards), frozenset(), corrupt_rate=rate, seed=rng.randrange(1 << 31))
+        what = f"corrupt ({rate:.0%} of chunks)"
     return f"{what} {broker} -> {towards}", network.heal
 
 
 def clock_jump(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
-    """F12: jump a broker's wall clock an hour forward or back while it runs (its Clock reads the
-    offset from QUORUMQ_CLOCK_DIR/<pid>); heal jumps it back. Controllers and the name server time
-    everything on monotonic clocks, so brokers are where wall time lives (store timestamps)."""
+    """F12: jump a broker's wall clock an hour forward or back while it runs, or make it drift
+    100 ms a second either way (its Clock reads the offset from QUORUMQ_CLOCK_DIR/<pid>); heal
+    sets it right. Controllers and the name server time everything on monotonic clocks, so
+    brokers are where wall time lives (store timestamps)."""
     broker = rng.choice(group.brokers)
-    offset_ms = rng.choice([-1, 1]) * CLOCK_JUMP_MS
+    sign = rng.choice([-1, 1])
     offset_file = Path(os.environ[CLOCK_DIR_VARIABLE]) / str(broker["pid"])
+    if rng.random() < 0.5:
+        _write_offset(offset_file, sign * CLOCK_JUMP_MS)
+        return f"{sign * CLOCK_JUMP_MS:+d} ms {broker['address']}", lambda: offset_file.unlink(missing_ok=True)
+    stop = threading.Event()
+
+    def drift() -> None:
+        started = time.monotonic()
+        while not stop.wait(CLOCK_DRIFT_STEP_S):
+            _write_offset(offset_file, round(sign * CLOCK_DRIFT_MS_PER_S * (time.monotonic() - started)))
+
+    drifter = threading.Thread(target=drift, name="clock-drift", daemon=True)
+    drifter.start()
+
+    def heal() -> None:
+        stop.set()
+        drifter.join()
+        offset_file.unlink(missing_ok=True)
+
+    return f"drift {sign * CLOCK_DRIFT_MS_PER_S:+d} ms/s {broker['address']}", heal
+
+
+def _write_offset(offset_file: Path, offset_ms: int) -> None:
     staged = offset_file.with_suffix(".tmp")
     staged.write_text(str(offset_ms))
     os.replace(staged, offset_file)
-    return f"{offset_ms:+d} ms {broker['address']}", lambda: offset_file.unlink(missing_ok=True)
 
 
 def power_loss(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:

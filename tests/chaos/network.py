@@ -1,5 +1,5 @@
-"""TCP proxies on the links of a controller-mode broker group, for partitions and one-way or slow
-links (faults F6 and F7): this kernel has no netem and there is no iptables.
+"""TCP proxies on the links of a controller-mode broker group, for partitions and one-way, slow or
+corrupting links (faults F6 and F7): this kernel has no netem and there is no iptables.
 
 Each broker reaches each controller through a proxy of its own, and slaves replicate from a
 master through the proxy on its HA address (the broker advertises it as `brokerIP2`: 127.0.0.2
@@ -10,6 +10,7 @@ connection opened while the way up is blocked waits like an unanswered SYN."""
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ class Link:
     listen: tuple[str, int]
     target: tuple[str, int]
     delay_s: float = 0.0
+    corrupt_rate: float = 0.0  # the share of chunks that get one byte flipped, both ways
+    rng: random.Random = field(default_factory=random.Random)
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
     server: asyncio.base_events.Server | None = None
 
@@ -57,6 +60,8 @@ class Link:
                 await gate.wait()
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
+                if self.corrupt_rate and self.rng.random() < self.corrupt_rate:
+                    data = _flip_a_byte(data, self.rng)
                 writer.write(data)
                 await writer.drain()
         except OSError:
@@ -64,11 +69,16 @@ class Link:
         finally:
             writer.close()
 
-    def set(self, blocked: frozenset[str], delay_s: float) -> None:
+    def set(self, blocked: frozenset[str], delay_s: float, corrupt_rate: float, seed: int) -> None:
         """Runs on the proxies' loop."""
-        self.delay_s = delay_s
+        self.delay_s, self.corrupt_rate, self.rng = delay_s, corrupt_rate, random.Random(seed)
         for direction, gate in self.gates.items():
             gate.clear() if direction in blocked else gate.set()
+
+
+def _flip_a_byte(data: bytes, rng: random.Random) -> bytes:
+    position = rng.randrange(len(data))
+    return data[:position] + bytes([data[position] ^ (1 << rng.randrange(8))]) + data[position + 1:]
 
 
 class Network:
@@ -106,9 +116,10 @@ class Network:
         port = int(broker_address.rpartition(":")[2])
         return self.controller_links[port] if towards == "controllers" else [self.ha_links[port]]
 
-    def impair(self, links: list[Link], blocked: frozenset[str] = frozenset({UP, DOWN}), delay_s: float = 0.0) -> None:
+    def impair(self, links: list[Link], blocked: frozenset[str] = frozenset({UP, DOWN}), delay_s: float = 0.0,
+               corrupt_rate: float = 0.0, seed: int = 0) -> None:
         for link in links:
-            self._loop.call_soon_threadsafe(link.set, blocked, delay_s)
+            self._loop.call_soon_threadsafe(link.set, blocked, delay_s, corrupt_rate, seed)
 
     def links(self) -> list[Link]:
         return [link for links in self.controller_links.values() for link in links] + list(self.ha_links.values())

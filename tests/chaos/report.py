@@ -20,14 +20,22 @@ def check_count(run: dict, check: str, count: str) -> int:
     return run.get("checks", {}).get(check, {}).get(count, 0)
 
 
+def _worst(runs: list[dict], figure: str) -> float | None:
+    return max((r[figure] for r in runs if r.get(figure) is not None), default=None)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
 def table(runs: list[dict]) -> str:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for run in runs:
         groups[run["fault"], run["profile"]].append(run)
     lines = ["| fault | settings | runs | seconds each | faults injected | acknowledged | lost | "
              "unexplained duplicates | order violations | commits checked | commits moved back | failed runs | "
-             "worst fault -> next ack |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "worst fault -> next ack | worst heal -> drained |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
         lost = sum(check_count(r, "C1 lost", "lost") for r in group)
         duplicates = sum(check_count(r, "C4 duplicates", "unexplained") for r in group)
@@ -36,10 +44,11 @@ def table(runs: list[dict]) -> str:
         commits = sum(check_count(r, "C6 commits", "acknowledged commits") for r in group)
         moved_back = sum(check_count(r, "C6 commits", "moved back") for r in group)
         durations = sorted({r["duration_s"] for r in group})
-        worst = max((r["fault_to_ack_max_s"] for r in group if r.get("fault_to_ack_max_s") is not None), default=None)
+        worst = _worst(group, "fault_to_ack_max_s")
+        drain = _worst(group, "heal_to_drain_s")
         lines.append(f"| {fault} | {profile} | {len(group)} | {'/'.join(f'{d:g}' for d in durations)} | "
                      f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | {lost} | {duplicates} | "
-                     f"{order} | {commits:,} | {moved_back} | {sum(not r['ok'] for r in group)} | {'-' if worst is None else f'{worst:.2f} s'} |")
+                     f"{order} | {commits:,} | {moved_back} | {sum(not r['ok'] for r in group)} | {_seconds(worst)} | {_seconds(drain)} |")
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from checkers import Hygiene, check_all, summary, verdict_table  # noqa: E402
+from checkers import Hygiene, availability, check_all, summary, verdict_table  # noqa: E402
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
@@ -94,7 +94,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     records = read_history(history_path)
     results = check_all(records, final, final_master, in_sync, facts)
     rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
-            **summary(records), **run_figures(records, outcome.healed_at)}
+            **summary(records), **availability(records, outcome.healed_at)}
     table = verdict_table(results, rows)
     ok = all(result.ok for result in results)
     (directory / "verdict.txt").write_text(table + "\n")
@@ -180,21 +180,6 @@ def unhandled_errors(cluster_dir: Path) -> tuple[str, ...]:
                 found.append(f"{log_file.parent.name}: {previous.strip()[:200]}")
             previous = line
     return tuple(found)
-
-
-def run_figures(records: list[dict], healed_at: float) -> dict[str, object]:
-    """Acknowledged sends, and the longest time from a fault (or the heal) to the next acknowledged
-    send: how long the group could not take writes."""
-    acked = sorted(r["time"] for r in records if r["f"] == "send" and r["type"] == "ok")
-    faults = [r["time"] for r in records if r["process"] == "nemesis" and r["f"] == "fault"]
-
-    def to_next_ack(moment: float) -> float | None:
-        return next((round(t - moment, 3) for t in acked if t >= moment), None)
-
-    waits = [to_next_ack(moment) for moment in faults]
-    return {"faults": len(faults), "acked": len(acked),
-            "fault_to_ack_max_s": max((w for w in waits if w is not None), default=None),
-            "heal_to_ack_s": to_next_ack(healed_at)}
 
 
 def git_commit() -> str:

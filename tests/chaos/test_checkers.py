@@ -3,7 +3,7 @@ lets through what the spec allows (recovered values, retried duplicates)."""
 
 import threading
 
-from checkers import (RSS_LIMIT_MB, Hygiene, check_all, commits, convergence, duplicates, hygiene,
+from checkers import (RSS_LIMIT_MB, Hygiene, availability, check_all, commits, convergence, duplicates, hygiene,
                       inconsistent_offsets, lost, order, split_brain, unexpected, verdict_table)
 from history import History, read_history
 
@@ -194,3 +194,16 @@ def test_hygiene_fails_an_exit_an_unhandled_error_or_a_process_past_its_rss_limi
     assert not hygiene(Hygiene(unhandled=("broker-a-0: ERROR asyncio: Unhandled exception",))).ok
     result = hygiene(Hygiene(peak_rss_mb={"broker-a-0": 55.0, "broker-a-2": RSS_LIMIT_MB + 1}))
     assert not result.ok and result.examples == ["broker-a-2"]
+
+
+def test_availability_figures():
+    sends = history(ok("p0", "p0-0", Q0, 0), ok("p0", "p0-1", Q0, 1), ok("p1", "p1-0", Q1, 0))  # acked at 0.5, 1.5, 2.5
+    fault = {"time": 1.0, "process": "nemesis", "type": "invoke", "f": "fault", "op": 9, "value": {}}
+    commits = [{"time": t, "process": "g/c0", "type": "ok", "f": "commit", "op": 10 + i,
+                "value": {"group": "g", "queue": queue, "offset": offset}}
+               for i, (t, queue, offset) in enumerate([(2.0, 0, 2), (4.0, 1, 1)])]
+    figures = availability(sends + [fault] + commits, healed_at=3.0)
+    assert figures["faults"] == 1 and figures["acked"] == 3 and figures["fault_to_ack_max_s"] == 0.5
+    assert figures["longest_without_ack_s"] == 1.0 and figures["heal_to_ack_s"] is None
+    assert figures["heal_to_drain_s"] == 1.0  # queue 1's last send was committed past at 4.0
+    assert availability(sends, healed_at=3.0)["heal_to_drain_s"] is None  # no consumers

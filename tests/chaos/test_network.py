@@ -82,3 +82,15 @@ def test_each_broker_has_links_of_its_own_so_it_can_be_cut_off_alone():
         assert len({proxy for proxies in controller_proxies for proxy in proxies}) == 6
     finally:
         network.close()
+
+
+def test_a_corrupting_link_flips_one_byte_in_a_chunk_and_keeps_the_length(echoed_link):
+    network, link, client = echoed_link
+    network.impair([link], frozenset(), corrupt_rate=1.0, seed=7)
+    sent = bytes(range(200))
+    client.sendall(sent)
+    echoed = received(client, len(sent), 5)
+    assert len(echoed) == len(sent) and echoed != sent  # one flip each way, unless they cancel out
+    network.heal()
+    client.sendall(b"whole")
+    assert received(client, 5, 5) == b"whole"

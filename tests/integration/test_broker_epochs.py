@@ -1,6 +1,10 @@
 """Scenario 30 of the HA spec: a controller-mode broker changes role only for an epoch no older
 than the last one its log holds, and that floor survives a restart (the epoch file, not the
-process's memory). Runs the broker object on a real store, as the controller link drives it."""
+process's memory); and what a role change does to work in flight (a SyncStateSet proposal, a
+consumer commit waiting for the members). Runs the broker object on a real store, as the
+controller link drives it."""
+
+import asyncio
 
 import pytest
 
@@ -8,7 +12,9 @@ from harness import free_base_port
 from quorumq.broker.broker import Broker
 from quorumq.clock import Clock
 from quorumq.config import Config, Kind
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.quorum import BrokerRole
+from quorumq.errors import Error, QuorumqError
 
 OTHER_MASTER = (2, "127.0.0.1:1")  # a master that is never reached: only the role change is looked at
 
@@ -20,7 +26,8 @@ async def open_broker(tmp_path):
     port = free_base_port(span=2)
     values = {"storePathRootDir": str(tmp_path), "mappedFileSizeCommitLog": str(1 << 24),
               "enableControllerMode": "true", "controllerAddr": "127.0.0.1:2",
-              "listenPort": str(port), "haListenPort": str(port + 1)}
+              "listenPort": str(port), "haListenPort": str(port + 1), "allAckInSyncStateSet": "true",
+              "slaveTimeout": "300"}
     opened: list[Broker] = []
 
     async def open_one() -> Broker:
@@ -58,3 +65,46 @@ async def test_a_restarted_master_takes_its_own_last_epoch_again(open_broker):
     broker = await open_broker()
     assert await broker.become_master(3, frozenset({1}), 1)
     assert broker.role is BrokerRole.SYNC_MASTER and [entry.epoch for entry in broker.epochs.entries] == [3]
+
+
+async def test_a_proposal_answered_after_the_broker_was_deposed_changes_nothing(open_broker):
+    """Found by the chaos suite (F4, C10): the master proposed a smaller SyncStateSet, was deposed
+    while the controller's answer was on its way, then dropped the proposal."""
+    broker = await open_broker()
+    assert await broker.become_master(3, frozenset({1, 2}), 1)
+    broker.propose_sync_state_set(frozenset({1}))
+    assert await broker.become_slave(4, *OTHER_MASTER)
+    broker.drop_sync_state_proposal()
+    assert broker.role is BrokerRole.SLAVE and broker.sync_state is None
+
+
+async def test_a_commit_is_answered_once_every_member_has_applied_it(open_broker):
+    broker = await open_broker()
+    assert await broker.become_master(3, frozenset({1, 2}), 1)
+    with pytest.raises(QuorumqError) as raised:
+        await broker.commit_offset("g", "T", 0, 5)  # member 2 never asks for the metadata
+    assert raised.value.error is Error.SLAVE_PERSISTENCE_TIMEOUT and "[2]" in raised.value.detail
+
+    commit = asyncio.create_task(broker.commit_offset("g", "T", 0, 7))
+    await asyncio.sleep(0.05)  # the commit is taken and waits
+    copied = await broker.metadata_for(pb.MetadataRequest(broker_id=2, wait_ms=0))
+    assert not commit.done() and (copied.offsets[0].offset, copied.version) == (7, 2)
+    await broker.metadata_for(pb.MetadataRequest(broker_id=2, incarnation=copied.incarnation,
+                                                 applied_version=copied.version, wait_ms=0))
+    await asyncio.wait_for(commit, 1)
+
+    stale = pb.MetadataRequest(broker_id=2, incarnation="another process", applied_version=99, wait_ms=0)
+    await broker.metadata_for(stale)  # a version of another master process confirms nothing
+    with pytest.raises(QuorumqError):
+        await broker.commit_offset("g", "T", 0, 8)
+
+
+async def test_a_commit_waiting_for_the_members_fails_when_the_master_is_deposed(open_broker):
+    broker = await open_broker()
+    assert await broker.become_master(3, frozenset({1, 2}), 1)
+    commit = asyncio.create_task(broker.commit_offset("g", "T", 0, 5))
+    await asyncio.sleep(0.05)
+    assert await broker.become_slave(4, *OTHER_MASTER)
+    with pytest.raises(QuorumqError) as raised:
+        await asyncio.wait_for(commit, 1)
+    assert raised.value.error is Error.SERVICE_NOT_AVAILABLE

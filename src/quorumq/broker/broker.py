@@ -306,6 +306,8 @@ class Broker:
         self._complete_sync_state_change()
 
     def drop_sync_state_proposal(self) -> None:
+        if self.sync_state is None:  # deposed while the proposal was on its way: nothing to drop
+            return
         self.sync_state = SyncStateSet(self.sync_state.members, self.sync_state.epoch)
         self._complete_sync_state_change()
 

@@ -226,6 +226,8 @@ class Controller(pb_grpc.ControllerServicer):
                 if time.monotonic() - last_master_scan_s >= self.config["scanInactiveMasterInterval"] / 1000:
                     last_master_scan_s = time.monotonic()
                     await self._elect_for_inactive_masters()
+            except KazooException as exc:  # ZooKeeper gone or the session expired: the next scan retries
+                log.warning("controller scan: ZooKeeper is unavailable (%s)", type(exc).__name__)
             except Exception:
                 log.exception("controller scan failed")
 

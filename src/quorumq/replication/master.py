@@ -285,7 +285,7 @@ class ReplicationMaster:
                 self._on_slave_lost(slave_id)
 
     async def _run(self, connection: _SlaveConnection, reader: asyncio.StreamReader) -> None:
-        """Send and receive until either side ends; the first failure is raised."""
+        """Send and receive until either side ends, raising what ended it."""
         sender = asyncio.create_task(self._send_loop(connection))
         receiver = asyncio.create_task(self._receive_loop(connection, reader))
         try:
@@ -294,11 +294,11 @@ class ReplicationMaster:
             for task in (sender, receiver):
                 task.cancel()
             await asyncio.gather(sender, receiver, return_exceptions=True)
-        if receiver in done and receiver.exception() is None:
-            return  # the slave closed cleanly: what the sender met after that is its consequence
-        for task in done:
-            if task.exception() is not None:
-                raise task.exception()
+        # What the receiver met comes first: once the slave has closed, or sent a bad frame, the
+        # sender's failure to use the connection is only its consequence.
+        first = receiver if receiver in done else sender
+        if first.exception() is not None:
+            raise first.exception()
 
     async def _send_loop(self, connection: _SlaveConnection) -> None:
         slave_id, session = connection.handshake.broker_id, connection.session
