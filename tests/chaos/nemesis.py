@@ -36,8 +36,17 @@ def _signal(process: dict, sig: int) -> None:
         os.kill(process["pid"], sig)
 
 
-def _killed(process: dict) -> Heal:
+def _dead(process: dict) -> None:
+    """SIGKILL the process and wait until it is gone, so its files can be changed."""
     _signal(process, signal.SIGKILL)
+    while pid_alive(process["pid"]):
+        time.sleep(0.01)
+
+
+def _killed(process: dict) -> Heal:
+    # Waited for: a process in uninterruptible sleep (a slow fsync) outlives SIGKILL for a while,
+    # holding its store's lock, and a restart meanwhile would fail.
+    _dead(process)
     return lambda: start_process(process)
 
 
@@ -92,13 +101,6 @@ def disk_full(group: Group, network: Network, rng: random.Random) -> tuple[str, 
         except OSError:
             pass  # ENOSPC: full
     return broker["address"], lambda: ballast.unlink(missing_ok=True)
-
-
-def _dead(process: dict) -> None:
-    """SIGKILL the process and wait until it is gone, so its files can be changed."""
-    _signal(process, signal.SIGKILL)
-    while pid_alive(process["pid"]):
-        time.sleep(0.01)
 
 
 def torn_tail(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
