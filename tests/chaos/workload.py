@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 
 from history import History
 from quorumq.client import ClientError, Message, Producer, PullConsumer
@@ -120,9 +121,12 @@ class Consumers(Workload):
         await asyncio.gather(self._rebalance(), *consumers)
 
     async def _rebalance(self) -> None:
-        while not self._stop.is_set():
-            await asyncio.sleep(REBALANCE_S)
-            self._shift += 1
+        next_at = time.monotonic() + REBALANCE_S
+        while not self._stop.is_set():  # looked at often: a halt must not wait out a rebalance period
+            await asyncio.sleep(RETRY_PAUSE_S)
+            if time.monotonic() >= next_at:
+                self._shift += 1
+                next_at += REBALANCE_S
 
     async def _consume(self, group: str, index: int) -> None:
         name = f"{group}/c{index}"
