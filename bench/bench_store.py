@@ -1,8 +1,9 @@
 """Micro benchmark of the store: append and read throughput with 1 KiB bodies.
 
 Cases: appends in batches of 256 with ASYNC_FLUSH (no sync on the path), with one flush (fdatasync)
-per batch, and with SYNC_FLUSH group commit (several producers awaiting the Flusher); then
-get_messages reading everything back 32 at a time. Prints a table and writes
+per batch, and with SYNC_FLUSH group commit (several producers awaiting the Flusher); then a clean
+open of that store (which checks every record and consume-queue entry) and get_messages reading
+everything back 32 at a time. Prints a table and writes
 bench/results/store.json. Run: .venv/bin/python bench/bench_store.py [--messages N]
 """
 
@@ -89,6 +90,15 @@ def append_group_commit(root: Path, batches) -> tuple[float, float]:
     return len(batches) * BATCH / elapsed, batches_per_sync
 
 
+def open_checked(root: Path, messages: int) -> float:
+    """Records a clean open checks per second."""
+    started = time.perf_counter()
+    store = open_store(root)
+    elapsed = time.perf_counter() - started
+    store.close()
+    return messages / elapsed
+
+
 def read_all(root: Path) -> float:
     store = open_store(root)
     started = time.perf_counter()
@@ -111,12 +121,14 @@ def main() -> None:
     work = HERE / "work"
     work.mkdir(exist_ok=True)
     runs: dict[str, list[float]] = {"append_async": [], "append_flush_per_batch": [],
-                                    "append_sync_group_commit": [], "get_messages": []}
+                                    "append_sync_group_commit": [], "open_checking_every_record": [],
+                                    "get_messages": []}
     batches_per_sync = []
     for _ in range(REPEATS):
         root = Path(tempfile.mkdtemp(dir=work))
         try:
             runs["append_async"].append(append_async(root / "async", batches))
+            runs["open_checking_every_record"].append(open_checked(root / "async", len(batches) * BATCH))
             runs["get_messages"].append(read_all(root / "async"))
             runs["append_flush_per_batch"].append(append_flush_each(root / "flush", batches))
             rate, per_sync = append_group_commit(root / "group", batches)
