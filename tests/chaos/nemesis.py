@@ -29,6 +29,7 @@ CLOCK_DIR_VARIABLE = "QUORUMQ_CLOCK_DIR"  # where each process's Clock looks for
 CLOCK_JUMP_MS = 3_600_000
 CLOCK_DRIFT_MS_PER_S = 100
 CLOCK_DRIFT_STEP_S = 0.1
+DEATH_TIMEOUT_S = 60.0  # a process in uninterruptible sleep dies once its I/O returns
 
 
 def _signal(process: dict, sig: int) -> None:
@@ -39,7 +40,10 @@ def _signal(process: dict, sig: int) -> None:
 def _dead(process: dict) -> None:
     """SIGKILL the process and wait until it is gone, so its files can be changed."""
     _signal(process, signal.SIGKILL)
+    deadline = time.monotonic() + DEATH_TIMEOUT_S
     while pid_alive(process["pid"]):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pid {process['pid']} outlived SIGKILL by {DEATH_TIMEOUT_S} s")
         time.sleep(0.01)
 
 

@@ -142,7 +142,7 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         info = group.wait_in_sync()
         final_master = group.master()["address"]
         in_sync = {info["brokers"][str(broker_id)] for broker_id in info["sync_state_set"]}
-        peaks = {_name(process): peak_rss_mb(process["pid"]) for process in processes}
+        peaks = {_name(process): peak_rss_mb(process["pid"]) for process in processes if pid_alive(process["pid"])}
         for broker in group.brokers:
             stop_process(broker)
         return Outcome(group.brokers, final_master, in_sync, healed_at, exits, peaks)

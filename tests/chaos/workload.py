@@ -131,13 +131,16 @@ class Consumers(Workload):
     async def _consume(self, group: str, index: int) -> None:
         name = f"{group}/c{index}"
         positions: dict[int, int] = {}  # queue -> where this consumer goes on reading
+        shift = self._shift  # the assignment `positions` were read under
         async with PullConsumer(self.access_point, group, timeout_s=CONSUMER_TIMEOUT_S) as consumer:
             for queue in itertools.cycle(range(self.queues)):
                 if self._stop.is_set():
                     return
                 async with self._locks[group, queue]:
+                    if shift != self._shift:  # the queues changed hands, maybe away and back: read again
+                        positions.clear()
+                        shift = self._shift
                     if self._owner(queue) != index:
-                        positions.pop(queue, None)
                         await asyncio.sleep(0)
                         continue
                     if not await self._step(consumer, name, group, queue, positions):

@@ -346,3 +346,30 @@ def test_a_damaged_entry_past_the_checkpoint_is_written_again_after_a_crash(tmp_
     assert_holds_exactly(copy, expected)
     copy.close()
     store.close()
+
+
+def test_a_damaged_queue_offset_in_a_queues_first_record_is_corruption_and_leaves_the_entries_alone(tmp_path):
+    store = open_store(tmp_path / "s")
+    expected = fill(store, seed=19)
+    store.close()
+    victim = [m for m in expected if (m.topic, m.queue_id) == ("A", 1)][0]  # no record of its queue before it
+    flip_queue_offset(store.root, victim)  # 0 becomes 4: the record at 4 keeps its entry
+    entries = queue_files(store.root)
+    assert store.open().corrupt_offset == victim.commit_log_offset
+    assert queue_files(store.root) == entries
+    assert_refuses_past(store, victim, expected)
+    store.close()
+
+
+def test_a_damaged_first_entry_of_a_queue_is_no_reason_to_doubt_its_records(tmp_path):
+    store = open_store(tmp_path / "s")
+    expected = fill(store, seed=20)
+    store.close()
+    path = store.root / "consumequeue" / "B" / "0" / f"{0:020d}"
+    damage(path, 0, b"\x40")  # the first entry's commit-log offset: far past the log
+    report = store.open()
+    assert report.corrupt_offset is None and report.entries_repaired == 0
+    later = [m for m in expected if (m.topic, m.queue_id) == ("B", 0)][1:]
+    assert all(store.get_messages(m.topic, m.queue_id, m.queue_offset, 1, 1 << 20).messages[0].body == m.body
+               for m in later)
+    store.close()

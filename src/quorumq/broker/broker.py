@@ -275,7 +275,8 @@ class Broker:
         corrupt = self.store.corrupt_offset
         if corrupt is not None:
             log.error("the commit log is corrupt at %d: cutting it there to fetch the rest from the master", corrupt)
-            self._repair_until = max(self._repair_until or 0, self.store.max_offset)
+            # What it held past what its master holds was never acknowledged: not owed back.
+            self._repair_until = max(self._repair_until or 0, min(self.store.max_offset, master_max_offset))
             self.store.truncate(corrupt)
             self.epochs.reconcile(corrupt)
         local_max = self.store.max_offset
@@ -371,23 +372,32 @@ class Broker:
             self._metadata_applied[request.broker_id] = request.applied_version
             self._pulse()
         deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
-        while mine and self.metadata_version <= request.applied_version:
+        while mine and self.metadata_version <= request.applied_version and not self._deposed(request):
             if not await self._changed_before(deadline):
                 break
+        if self._deposed(request):  # its positions would take a new master's commits back
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is not the master: copy from the master")
         return self.metadata()
+
+    def _deposed(self, request: pb.MetadataRequest) -> bool:
+        """A controller-mode slave asked by another slave (an admin client may read any broker)."""
+        return request.broker_id > 0 and self.controller_mode and self.role is BrokerRole.SLAVE
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set a group's position. With SYNC_FLUSH it is on disk before the answer, as a send is;
         in controller mode with allAckInSyncStateSet the answer also waits until every member of
         the SyncStateSet has applied it (slaves long-poll for it), so no failover takes an
         acknowledged commit back. Otherwise slaves copy it on their next poll."""
+        durable = self.controller_mode and self.config["allAckInSyncStateSet"]
+        if durable and self.sync_state is None:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is not the master: commit to the master")
         self.consumers.commit(group, topic, queue_id, offset)
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             self.consumers.persist()
         self.metadata_version += 1
         version = self.metadata_version
         self._pulse()
-        if not (self.controller_mode and self.config["allAckInSyncStateSet"]):
+        if not durable:
             return
         deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
         while True:

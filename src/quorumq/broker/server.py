@@ -144,9 +144,11 @@ async def copy_master_metadata(broker: Broker) -> None:
             log.debug("copying the master's metadata failed: %s", exc.details())
             await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
             continue
+        if broker.role is not BrokerRole.SLAVE or broker.master_address != address:
+            continue  # the role moved while the poll was out: another master's positions are not ours
         try:
             broker.adopt_metadata(metadata)
-        except QuorumqError as exc:  # not applied, so not confirmed: the master's commits wait
+        except (QuorumqError, OSError) as exc:  # not applied, so not confirmed: the master's commits wait
             log.error("applying the master's metadata failed: %s", exc)
             await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
             continue

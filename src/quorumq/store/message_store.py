@@ -549,7 +549,9 @@ class MessageStore:
             redispatch.write()
         except OSError as exc:
             self._queue_write_failed(exc)
-        self._dispatched_offset = self._write_offset
+        if redispatch.corrupt_offset is not None:
+            self._mark_corrupt(redispatch.corrupt_offset, "queue offset out of sequence")
+        self._dispatched_offset = self._write_offset if self._corrupt_offset is None else self._corrupt_offset
         log.info("consume queues indexed up to %d again", self._write_offset)
 
     def _queue_write_failed(self, exc: OSError) -> NoReturn:
@@ -871,7 +873,7 @@ class MessageStore:
         return messages
 
     def _mark_corrupt(self, offset: int, finding: str) -> None:
-        log.error("commit log: record at offset %d fails its check on read (%s); the store refuses "
+        log.error("commit log: record at offset %d fails its check (%s); the store refuses "
                   "reads at or past it and appends", offset, finding)
         if self._corrupt_offset is None or offset < self._corrupt_offset:
             self._corrupt_offset = offset
@@ -987,17 +989,44 @@ class _Redispatcher:
             self._dispatch(queue, offset, size, fields)
 
     def _first_record(self, key: tuple[str, int], queue: ConsumeQueue) -> int:
+        """Where the queue's first entry points: records before it belong to an earlier life of
+        the topic. An entry that points at no whole record of its queue (damaged itself) cannot
+        say: the queue's records before `dispatch_from` are then left unchecked rather than
+        misjudged."""
         if key not in self._first_records:
-            first = queue.entry_at(queue.min_offset)[0] if queue.min_offset < queue.max_offset else -1
-            self._first_records[key] = first if first >= 0 else self._dispatch_from
+            entry = queue.entry_at(queue.min_offset) if queue.min_offset < queue.max_offset else None
+            sound = entry is not None and self._points_at_its_record(entry, *key)
+            self._first_records[key] = entry[0] if sound else self._dispatch_from
         return self._first_records[key]
+
+    def _points_at_its_record(self, entry: tuple[int, int, int], topic: str, queue_id: int,
+                              queue_offset: int | None = None) -> bool:
+        """Whether a consume-queue entry points at a whole record of its queue (and offset)."""
+        commit_log = self._store._commit_log
+        offset, size, _ = entry
+        if size < HEADER.size or commit_log.segment_at(offset) is None:
+            return False
+        data = commit_log.read(offset, size)
+        segment_end = commit_log.segment_start(offset) + commit_log.segment_bytes
+        if check_frame(data, 0, segment_end - offset, offset) != (Frame.MESSAGE, size):
+            return False
+        fields = codec.dispatch_fields(data, 0)
+        return (fields.topic, fields.queue_id) == (topic, queue_id) and queue_offset in (None, fields.queue_offset)
 
     def _verify(self, queue: ConsumeQueue, offset: int, size: int, fields: codec.RecordFields) -> None:
         if not queue.min_offset <= fields.queue_offset < queue.max_offset:
             return  # retention already dropped it from its queue
         entry = (offset, size, fields.tag_hash)
         found = queue.entry_at(fields.queue_offset)
-        if found != entry:
+        if found == entry:
+            return
+        if self._points_at_its_record(found, fields.topic, fields.queue_id, fields.queue_offset):
+            # Another record of this life of the queue holds that offset: this one's is damaged.
+            log.error("commit log: the record at %d claims queue offset %d of %s/%d, which the record at %d "
+                      "holds; the store refuses reads at or past it", offset, fields.queue_offset,
+                      fields.topic, fields.queue_id, found[0])
+            self.corrupt_offset = offset
+        else:
             log.error("consume queue %s/%d: entry %d reads %s but the log holds %s; written again",
                       fields.topic, fields.queue_id, fields.queue_offset, found, entry)
             queue.repair(fields.queue_offset, entry)
