@@ -58,6 +58,18 @@ def assert_holds_exactly(store, expected) -> None:
             assert store.queue_max_offset(topic, queue_id) == len(entries)
 
 
+def filled_and_closed(tmp_path, seed: int) -> tuple:
+    """A store filled by `fill` and closed cleanly, and what it holds."""
+    store = open_store(tmp_path / "s")
+    expected = fill(store, seed=seed)
+    store.close()
+    return store, expected
+
+
+def first_queue_file(root, topic: str, queue_id: int):
+    return root / "consumequeue" / topic / str(queue_id) / f"{0:020d}"
+
+
 def end_of(messages) -> int:
     return messages[-1].commit_log_offset + messages[-1].store_size if messages else 0
 
@@ -307,11 +319,9 @@ def test_a_flipped_bit_in_a_sealed_segment_is_found_at_open_after_a_clean_shutdo
 
 
 def test_a_damaged_consume_queue_entry_is_written_again_from_the_log(tmp_path):
-    store = open_store(tmp_path / "s")
-    expected = fill(store, seed=14)
-    store.close()
+    store, expected = filled_and_closed(tmp_path, seed=14)
     victim = [m for m in expected if (m.topic, m.queue_id) == ("B", 1)][4]
-    path = store.root / "consumequeue" / "B" / "1" / f"{0:020d}"
+    path = first_queue_file(store.root, "B", 1)
     position = victim.queue_offset * ENTRY_SIZE + 2  # a high byte of its commit-log offset
     damage(path, position, bytes([0x10 ^ path.read_bytes()[position]]))
     report = store.open()
@@ -339,7 +349,7 @@ def test_a_damaged_entry_past_the_checkpoint_is_written_again_after_a_crash(tmp_
     expected = fill(store, seed=18, batches=10)  # their entries exist, past the checkpoint
     copy_root = crash_copy(store, tmp_path / "copy")
     victim = [m for m in expected if (m.topic, m.queue_id) == ("A", 0)][-2]
-    path = copy_root / "consumequeue" / "A" / "0" / f"{0:020d}"
+    path = first_queue_file(copy_root, "A", 0)
     damage(path, victim.queue_offset * ENTRY_SIZE + 4, b"\x7f")
     copy = new_store(copy_root)
     assert copy.open().entries_repaired == 1
@@ -349,9 +359,7 @@ def test_a_damaged_entry_past_the_checkpoint_is_written_again_after_a_crash(tmp_
 
 
 def test_a_damaged_queue_offset_in_a_queues_first_record_is_corruption_and_leaves_the_entries_alone(tmp_path):
-    store = open_store(tmp_path / "s")
-    expected = fill(store, seed=19)
-    store.close()
+    store, expected = filled_and_closed(tmp_path, seed=19)
     victim = [m for m in expected if (m.topic, m.queue_id) == ("A", 1)][0]  # no record of its queue before it
     flip_queue_offset(store.root, victim)  # 0 becomes 4: the record at 4 keeps its entry
     entries = queue_files(store.root)
@@ -362,10 +370,8 @@ def test_a_damaged_queue_offset_in_a_queues_first_record_is_corruption_and_leave
 
 
 def test_a_damaged_first_entry_of_a_queue_is_no_reason_to_doubt_its_records(tmp_path):
-    store = open_store(tmp_path / "s")
-    expected = fill(store, seed=20)
-    store.close()
-    path = store.root / "consumequeue" / "B" / "0" / f"{0:020d}"
+    store, expected = filled_and_closed(tmp_path, seed=20)
+    path = first_queue_file(store.root, "B", 0)
     damage(path, 0, b"\x40")  # the first entry's commit-log offset: far past the log
     report = store.open()
     assert report.corrupt_offset is None and report.entries_repaired == 0
