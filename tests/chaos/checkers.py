@@ -1,8 +1,9 @@
 """The checkers of the reliability spec (C1 to C8, C10) over a run's history and the final read
 of every replica after healing. Pure: they read what they are given and judge.
 
-The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order;
-`final_master` names the replica whose contents count, `in_sync` the ones that must agree with it."""
+The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order, the
+final offsets each replica's name to the groups' committed offsets; `final_master` names the
+replica whose contents count, `in_sync` the ones that must agree with it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 FinalRead = dict[str, dict[str, list[tuple[int, str]]]]
+FinalOffsets = dict[str, dict[tuple[str, int], int]]  # replica -> (group, queue id) -> committed offset
 EXAMPLES_MAX = 10
 
 
@@ -116,10 +118,11 @@ def order(records: list[dict], final: FinalRead, final_master: str) -> Result:
                   ("acks out of order", "stored out of order"), _examples(bad_acks + bad_reads))
 
 
-def commits(records: list[dict]) -> Result:
+def commits(records: list[dict], final_offsets: FinalOffsets, in_sync: set[str]) -> Result:
     """C6: a group's committed offset of a queue never goes back: each acknowledged commit is at
-    or past the ones acknowledged before it, and a position read (where a consumer that takes a
-    queue starts) is at or past every commit acknowledged before the read began."""
+    or past the ones acknowledged before it, a position read (where a consumer that takes a queue
+    starts) is at or past every commit acknowledged before the read began, and after the heal
+    every in-sync replica holds each group's offsets at or past its last acknowledged commit."""
     acked: dict[tuple[str, int], int] = {}  # the highest acknowledged commit of (group, queue)
     bounds: dict[int, int] = {}  # a position read's op -> the commit it must not fall below
     back = []
@@ -136,9 +139,12 @@ def commits(records: list[dict]) -> Result:
             if offset < acked.get(key, 0):
                 back.append((key, "commit", offset, acked[key]))
             acked[key] = max(offset, acked.get(key, 0))
+    behind = [(replica, key, final_offsets[replica].get(key), offset) for replica in sorted(in_sync)
+              for key, offset in acked.items() if final_offsets[replica].get(key, -1) < offset]
     count = sum(r["f"] == "commit" and r["type"] == "ok" for r in records)
-    return Result("C6 commits", {"acknowledged commits": count, "moved back": len(back)}, ("moved back",),
-                  _examples(back))
+    return Result("C6 commits", {"acknowledged commits": count, "moved back": len(back),
+                                 "behind on an in-sync replica": len(behind)},
+                  ("moved back", "behind on an in-sync replica"), _examples(back + behind))
 
 
 def split_brain(records: list[dict]) -> Result:
@@ -190,11 +196,11 @@ def hygiene(facts: Hygiene) -> Result:
                   _examples([*facts.exits, *facts.unhandled, *over]))
 
 
-def check_all(records: list[dict], final: FinalRead, final_master: str, in_sync: set[str],
-              facts: Hygiene) -> list[Result]:
+def check_all(records: list[dict], final: FinalRead, final_offsets: FinalOffsets, final_master: str,
+              in_sync: set[str], facts: Hygiene) -> list[Result]:
     return [lost(records, final, final_master, in_sync), unexpected(records, final),
             inconsistent_offsets(records, final), duplicates(records, final, final_master),
-            order(records, final, final_master), commits(records), split_brain(records),
+            order(records, final, final_master), commits(records, final_offsets, in_sync), split_brain(records),
             convergence(final, in_sync), hygiene(facts)]
 
 

@@ -1,11 +1,13 @@
 """The final read after healing: every queue of the workload's topic from every replica's store,
-opened offline once the cluster has stopped (recovery runs and checks every record's CRC)."""
+opened offline once the cluster has stopped (recovery runs and checks every record's CRC), and the
+consumer groups' committed offsets each replica persisted."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from quorumq.clock import Clock
+from quorumq.store.consumer_offsets import ConsumerOffsets
 from quorumq.store.message_store import MessageStore
 
 READ_BATCH = 256
@@ -28,3 +30,10 @@ def read_replica(store_dir: Path, topic: str, broker_name: str, segment_bytes: i
         return queues
     finally:
         store.close()
+
+
+def read_offsets(store_dir: Path, topic: str) -> dict[tuple[str, int], int]:
+    """{(group, queue id): committed offset} of the topic, as the replica persisted them."""
+    offsets = ConsumerOffsets(store_dir)
+    offsets.load()
+    return {(group, queue_id): offset for group, name, queue_id, offset in offsets.items() if name == topic}

@@ -26,7 +26,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 from checkers import Hygiene, availability, check_all, summary, verdict_table  # noqa: E402
 from controller_group import SETS, Group  # noqa: E402
-from final_read import read_replica  # noqa: E402
+from final_read import read_offsets, read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
 from nemesis import CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
@@ -85,6 +85,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         segment_bytes = int(PROFILES[profile]["mappedFileSizeCommitLog"])
         final = {broker["address"]: read_replica(Path(broker["data_dir"]), TOPIC, BROKER_NAME, segment_bytes)
                  for broker in brokers}
+        final_offsets = {broker["address"]: read_offsets(Path(broker["data_dir"]), TOPIC) for broker in brokers}
     finally:
         for variable in (CLOCK_DIR_VARIABLE, FSYNC_LOG_VARIABLE):
             del os.environ[variable]
@@ -92,7 +93,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         history.close()
         unmount(mounted)
     records = read_history(history_path)
-    results = check_all(records, final, final_master, in_sync, facts)
+    results = check_all(records, final, final_offsets, final_master, in_sync, facts)
     rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
     table = verdict_table(results, rows)

@@ -38,7 +38,7 @@ CLEAN_READ = {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0")]}
 
 def test_a_clean_run_passes_every_checker():
     final = {"m": CLEAN_READ, "s": CLEAN_READ}
-    results = check_all(CLEAN, final, "m", {"m", "s"}, Hygiene(peak_rss_mb={"broker-a-0": 55.0}))
+    results = check_all(CLEAN, final, {"m": {}, "s": {}}, "m", {"m", "s"}, Hygiene(peak_rss_mb={"broker-a-0": 55.0}))
     assert all(result.ok for result in results), verdict_table(results, {})
     assert lost(CLEAN, final, "m", {"m", "s"}).counts["acked"] == 3
 
@@ -164,13 +164,13 @@ def consumer_ops(*ops):
 def test_commits_that_only_go_forward_pass():
     records = consumer_ops(("position", "ok", None), ("commit", "ok", 5), ("commit", "info", 9),
                            ("position", "ok", 9), ("commit", "ok", 12), ("position", "ok", 12))
-    result = commits(records)
+    result = commits(records, {"m": {("g", 0): 12}}, {"m"})
     assert result.ok and result.counts["acknowledged commits"] == 2
 
 
 def test_a_position_below_an_acknowledged_commit_moved_back():
     records = consumer_ops(("commit", "ok", 5), ("commit", "ok", 12), ("position", "ok", 5))
-    result = commits(records)
+    result = commits(records, {}, set())
     assert not result.ok and result.examples == [(("g", 0), "position", 5, 12)]
 
 
@@ -180,12 +180,19 @@ def test_a_position_read_begun_before_the_commit_was_acknowledged_may_be_older()
              "value": {"group": "g", "queue": 0}},
             {"time": 0.7, "process": "g/c1", "type": "ok", "f": "position", "op": 9,
              "value": {"group": "g", "queue": 0}, "offset": None}]
-    assert commits([records[0], read[0], records[1], read[1]]).ok
+    assert commits([records[0], read[0], records[1], read[1]], {}, set()).ok
 
 
 def test_an_acknowledged_commit_below_an_earlier_one_moved_back():
-    result = commits(consumer_ops(("commit", "ok", 12), ("commit", "fail", 3), ("commit", "ok", 7)))
+    result = commits(consumer_ops(("commit", "ok", 12), ("commit", "fail", 3), ("commit", "ok", 7)), {}, set())
     assert not result.ok and result.counts["moved back"] == 1
+
+
+def test_an_in_sync_replica_behind_the_last_acknowledged_commit_moved_back():
+    records = consumer_ops(("commit", "ok", 5), ("commit", "ok", 12))
+    result = commits(records, {"m": {("g", 0): 12}, "s": {("g", 0): 5}, "lagging": {}}, {"m", "s"})
+    assert not result.ok and result.counts["behind on an in-sync replica"] == 1
+    assert result.examples == [("s", ("g", 0), 5, 12)]
 
 
 def test_hygiene_fails_an_exit_an_unhandled_error_or_a_process_past_its_rss_limit():
