@@ -47,6 +47,7 @@ _BUFFER_BYTES_INITIAL = 1024 * 1024
 _READ_SPAN_BYTES = 1024 * 1024  # one pread may cover several records of a queue up to this span
 _QUEUE_READ_ENTRIES = 1024
 _REDISPATCH_WRITE_EVERY = 4096  # records staged before recovery writes the queues
+_VERIFY_READ_ENTRIES = 4096  # consume-queue entries recovery reads at once to check them
 
 
 @dataclass(slots=True, kw_only=True)
@@ -964,6 +965,7 @@ class _Redispatcher:
         self._staged: list[ConsumeQueue] = []
         self._last_seen: dict[tuple[str, int], int] = {}  # queue offset of each queue's last record
         self._first_records: dict[tuple[str, int], int] = {}  # where each queue's first entry points
+        self._windows: dict[tuple[str, int], tuple[int, bytes]] = {}  # entries read ahead, per queue
         self.count = 0
         self.repaired = 0
         self.corrupt_offset: int | None = None
@@ -1017,7 +1019,7 @@ class _Redispatcher:
         if not queue.min_offset <= fields.queue_offset < queue.max_offset:
             return  # retention already dropped it from its queue
         entry = (offset, size, fields.tag_hash)
-        found = queue.entry_at(fields.queue_offset)
+        found = self._entry(queue, (fields.topic, fields.queue_id), fields.queue_offset)
         if found == entry:
             return
         if self._points_at_its_record(found, fields.topic, fields.queue_id, fields.queue_offset):
@@ -1030,7 +1032,18 @@ class _Redispatcher:
             log.error("consume queue %s/%d: entry %d reads %s but the log holds %s; written again",
                       fields.topic, fields.queue_id, fields.queue_offset, found, entry)
             queue.repair(fields.queue_offset, entry)
+            self._windows.pop((fields.topic, fields.queue_id), None)
             self.repaired += 1
+
+    def _entry(self, queue: ConsumeQueue, key: tuple[str, int], queue_offset: int) -> tuple[int, int, int]:
+        """One entry, from a window of them read ahead: a queue's records come in order."""
+        start, window = self._windows.get(key, (0, b""))
+        index = queue_offset - start
+        if not 0 <= index < len(window) // ENTRY.size:
+            start, window = queue_offset, queue.read_entries(queue_offset, _VERIFY_READ_ENTRIES)
+            self._windows[key] = (start, window)
+            index = 0
+        return ENTRY.unpack_from(window, index * ENTRY.size)
 
     def _dispatch(self, queue: ConsumeQueue | None, offset: int, size: int, fields: codec.RecordFields) -> None:
         expected = queue.next_offset if queue is not None else 0
