@@ -149,6 +149,37 @@ def start_process(process: dict) -> None:
     process["pid"] = child.pid
 
 
+class Driver:
+    """One `quorumq replicator run` in its own session, so that it and the JVM and Python workers
+    it starts are stopped together by its pid (as a process group)."""
+
+    def __init__(self, args: list[str], log_path) -> None:
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "quorumq.cli.main", "replicator", "run", *args],
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.process.wait()
+
+    def signal(self, number: int) -> None:
+        """To the driver and everything it started (its process group)."""
+        try:
+            os.killpg(self.process.pid, number)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> int:
+        """SIGTERM to the driver alone: it stops its queries and Spark, then exits."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            self.kill()  # whatever of its group is left
+
+
 def restart_process(cluster: dict, process: dict, sig: int = signal.SIGTERM) -> None:
     """Stop one process of `cluster` with `sig` and start it again."""
     assert process in cluster["processes"]

@@ -106,16 +106,40 @@ def order(records: list[dict], final: FinalRead, final_master: str) -> Result:
         if key in last_acked and last_acked[key][0] >= r["offset"]:
             bad_acks.append((last_acked[key][1], r["value"]))
         last_acked[key] = (r["offset"], r["value"])
-    bad_reads = []
-    for queue, messages in final[final_master].items():
+    bad_reads = _out_of_sequence(final[final_master])
+    return Result("C5 order", {"acks out of order": len(bad_acks), "stored out of order": len(bad_reads)},
+                  ("acks out of order", "stored out of order"), _examples(bad_acks + bad_reads))
+
+
+def _out_of_sequence(read: dict[str, list[tuple[int, str]]]) -> list[tuple[str, int, int]]:
+    """(queue, offset, later offset) where a queue holds a producer's value after a later one of
+    the same producer (a retry repeats a value, it never goes back)."""
+    found = []
+    for queue, messages in read.items():
         last: dict[str, tuple[int, int]] = {}
         for offset, value in messages:
             producer, sequence = _producer_sequence(value)
             if producer in last and last[producer][0] > sequence:
-                bad_reads.append((queue, last[producer][1], offset))
+                found.append((queue, last[producer][1], offset))
             last[producer] = (sequence, offset)
-    return Result("C5 order", {"acks out of order": len(bad_acks), "stored out of order": len(bad_reads)},
-                  ("acks out of order", "stored out of order"), _examples(bad_acks + bad_reads))
+    return found
+
+
+def pipeline(records: list[dict], standby: dict[str, list[tuple[int, str]]]) -> Result:
+    """W5 under F14: every send the group acknowledged is in the standby exactly once (the
+    replicator runs with --dedupe), nothing it holds was never sent, and each of its queues
+    holds a producer's values in sequence order."""
+    attempted = {r["value"] for r in records if r["f"] == "send" and r["type"] == "invoke"}
+    acked = {r["value"] for r in _completions(records, "send", "ok")}
+    places = _stored(standby)
+    missing = acked - set(places)
+    twice = {value for value, found in places.items() if len(found) > 1}
+    never_sent = set(places) - attempted
+    disorder = _out_of_sequence(standby)
+    return Result("W5 standby", {"acked": len(acked), "missing": len(missing), "twice": len(twice),
+                                 "never sent": len(never_sent), "out of order": len(disorder)},
+                  ("missing", "twice", "never sent", "out of order"),
+                  _examples([*missing, *twice, *never_sent, *disorder]))
 
 
 def commits(records: list[dict], final_offsets: FinalOffsets, in_sync: set[str]) -> Result:

@@ -22,6 +22,7 @@ class History:
     """Appends records to a file, from any thread; each line is written whole and flushed."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self._out = open(path, "a", buffering=1)
         self._lock = threading.Lock()
         self._ops = itertools.count()

@@ -54,7 +54,8 @@ def _killed(process: dict) -> Heal:
     return lambda: start_process(process)
 
 
-def _stopped(process: dict) -> Heal:
+def paused(process: dict) -> Heal:
+    """SIGSTOP; the heal sends SIGCONT."""
     _signal(process, signal.SIGSTOP)
     return lambda: _signal(process, signal.SIGCONT)
 
@@ -74,23 +75,23 @@ def kill_slave(group: Group, network: Network, rng: random.Random) -> tuple[str,
 def pause_slave(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F3: a slave's "feigned death": SIGSTOP, SIGCONT at heal."""
     slave = rng.choice(group.slaves())
-    return slave["address"], _stopped(slave)
+    return slave["address"], paused(slave)
 
 
 def pause_master(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F4: SIGSTOP the master; once continued it must find itself deposed and ack nothing."""
     master = group.master()
-    return master["address"], _stopped(master)
+    return master["address"], paused(master)
 
 
 def controller_fault(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F5: SIGKILL or SIGSTOP the controller leader, or SIGSTOP ZooKeeper (the consensus)."""
     choice = rng.choice(["kill-leader", "pause-leader", "pause-zookeeper"])
     if choice == "pause-zookeeper":
-        return choice, _stopped(group.zookeeper)
+        return choice, paused(group.zookeeper)
     leader_address = group.admin_json("getControllerMetaData")["leader"]
     leader = next(c for c in group.controllers if c["address"] == leader_address)
-    heal = _killed(leader) if choice == "kill-leader" else _stopped(leader)
+    heal = _killed(leader) if choice == "kill-leader" else paused(leader)
     return f"{choice} {leader_address}", heal
 
 
@@ -267,7 +268,8 @@ def _written_length(segment: Path) -> int:
     return len(data.rstrip(b"\0"))
 
 
-FAULTS: dict[str, Callable[[Group, Network, random.Random], tuple[str, Heal]]] = {
+Fault = Callable[[Group, Network, random.Random], tuple[str, Heal]]
+FAULTS: dict[str, Fault] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
     "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F10": corrupt_at_rest,
     "F11": power_loss, "F12": clock_jump,
@@ -279,14 +281,19 @@ REST_S = (8, 15)
 # F13, combined chaos: each time a kind drawn from all of the above, after a shorter rest.
 COMBINED = "F13"
 COMBINED_REST_S = (5, 10)
-FAULT_KINDS = [*FAULTS, COMBINED]
+# F14, pipeline faults: the replicator and its standby (pipeline.py), drawn by a run that has them.
+PIPELINE = "F14"
+HOLD_S[PIPELINE] = (10, 30)
+FAULT_KINDS = [*FAULTS, COMBINED, PIPELINE]
 
 
 class Nemesis:
     """Runs one fault kind on its schedule in a thread until stopped; `heal_all` ends any fault."""
 
-    def __init__(self, fault: str, group: Group, network: Network, history: History, seed: int) -> None:
+    def __init__(self, fault: str, group: Group, network: Network, history: History, seed: int,
+                 pipeline_fault: Fault | None = None) -> None:
         self.fault, self.group, self.network, self.history = fault, group, network, history
+        self.pipeline_fault = pipeline_fault
         self.rng = random.Random(seed)
         self._stop = threading.Event()
         self._heal: Heal | None = None
@@ -324,7 +331,8 @@ class Nemesis:
                 if self._stop.is_set():
                     return
                 kind = self.rng.choice(list(FAULTS)) if self.fault == COMBINED else self.fault
-                target, heal = FAULTS[kind](self.group, self.network, self.rng)
+                inject = self.pipeline_fault if kind == PIPELINE else FAULTS[kind]
+                target, heal = inject(self.group, self.network, self.rng)
                 with self._lock:
                     self._heal = heal
                 self.history.invoke("nemesis", "fault", {"fault": kind, "target": target})

@@ -1,5 +1,6 @@
 """One seeded chaos run: a controller-mode group of three brokers under the W1 send and W2 consume
-workloads and one fault kind of the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
+workloads (W1 and W5, the replicator to a standby, for F14) and one fault kind of the B5 matrix,
+then healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
         [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
@@ -24,13 +25,15 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from checkers import Hygiene, availability, check_all, summary, verdict_table  # noqa: E402
+from checkers import Hygiene, availability, check_all, pipeline, summary, verdict_table  # noqa: E402
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_offsets, read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
-from nemesis import CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, Nemesis, mount_small_disks, unmount  # noqa: E402
+from nemesis import (CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, PIPELINE, Nemesis, mount_small_disks,  # noqa: E402
+                     unmount)
 from network import Network  # noqa: E402
+from pipeline import Pipeline  # noqa: E402
 from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
 from workload import Consumers, Producers  # noqa: E402
 
@@ -77,7 +80,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
         cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
                                base_port=base_port, broker_sets=network.broker_sets())
         try:
-            outcome = exercise(cluster, network, fault, seed, duration_s, history)
+            outcome = exercise(cluster, network, fault, seed, duration_s, history, directory)
         finally:
             cluster.stop()
         brokers, final_master, in_sync = outcome.brokers, outcome.final_master, outcome.in_sync
@@ -96,6 +99,9 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     results = check_all(records, final, final_offsets, final_master, in_sync, facts)
     rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
+    if outcome.standby is not None:
+        results.append(pipeline(records, outcome.standby))
+        rows["standby_drain_s"] = outcome.standby_drain_s
     table = verdict_table(results, rows)
     ok = all(result.ok for result in results)
     (directory / "verdict.txt").write_text(table + "\n")
@@ -112,22 +118,30 @@ class Outcome:
     healed_at: float  # monotonic
     exits: tuple[str, ...]  # processes found dead once the nemesis had healed its last fault
     peak_rss_mb: dict[str, float]  # each process's VmHWM before the brokers stopped
+    standby: dict[str, list[tuple[int, str]]] | None = None  # F14: the standby's queues
+    standby_drain_s: float | None = None  # F14: from the group's last ack until the standby held it all
 
 
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
-             history: History) -> Outcome:
+             history: History, directory: Path) -> Outcome:
     """Start the cluster, run the workloads under the nemesis, heal, let the group become whole
-    and stop its brokers."""
+    and stop its brokers. F14 runs the replicator to a standby beside the producers (and no
+    consumers: two clusters and a Spark driver fill the two cores)."""
     group = Group(cluster.start(timeout=90))
     workloads = []
-    nemesis = None
+    nemesis = standby = None
     try:
         group.wait_in_sync()
         for broker in group.brokers:
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         access_point = cluster.info["access_point"]
-        workloads = [Producers(access_point, TOPIC, history), Consumers(access_point, TOPIC, QUEUES, history)]
-        nemesis = Nemesis(fault, group, network, history, seed)
+        workloads = [Producers(access_point, TOPIC, history)]
+        if fault == PIPELINE:
+            standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, history)
+            standby.start()
+        else:
+            workloads.append(Consumers(access_point, TOPIC, QUEUES, history))
+        nemesis = Nemesis(fault, group, network, history, seed, standby.fault if standby else None)
         for workload in workloads:
             workload.start()
         nemesis.start()
@@ -144,14 +158,22 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         final_master = group.master()["address"]
         in_sync = {info["brokers"][str(broker_id)] for broker_id in info["sync_state_set"]}
         peaks = {_name(process): peak_rss_mb(process["pid"]) for process in processes if pid_alive(process["pid"])}
+        outcome = Outcome(group.brokers, final_master, in_sync, healed_at, exits, peaks)
+        if standby:
+            acked = sum(r["f"] == "send" and r["type"] == "ok" for r in read_history(history.path))
+            outcome.standby_drain_s = standby.drain(acked)
+            standby.close()
+            outcome.standby = standby.final_read()
         for broker in group.brokers:
             stop_process(broker)
-        return Outcome(group.brokers, final_master, in_sync, healed_at, exits, peaks)
+        return outcome
     finally:
         if nemesis:
             nemesis.halt()
         for workload in workloads:
             workload.halt()
+        if standby:
+            standby.close()
         group.close()
 
 

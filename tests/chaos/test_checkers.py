@@ -4,7 +4,7 @@ lets through what the spec allows (recovered values, retried duplicates)."""
 import threading
 
 from checkers import (RSS_LIMIT_MB, Hygiene, availability, check_all, commits, convergence, duplicates, hygiene,
-                      inconsistent_offsets, lost, order, split_brain, unexpected, verdict_table)
+                      inconsistent_offsets, lost, order, pipeline, split_brain, unexpected, verdict_table)
 from history import History, read_history
 
 Q0, Q1 = "broker-a:0", "broker-a:1"
@@ -214,3 +214,10 @@ def test_availability_figures():
     assert figures["longest_without_ack_s"] == 1.0 and figures["heal_to_ack_s"] is None
     assert figures["heal_to_drain_s"] == 1.0  # queue 1's last send was committed past at 4.0
     assert availability(sends, healed_at=3.0)["heal_to_drain_s"] is None  # no consumers
+
+
+def test_the_standby_holds_every_acknowledged_send_once_and_in_order():
+    records = CLEAN + history(unknown("p2", "p2-0"))
+    assert pipeline(records, {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0"), (1, "p2-0")]}).ok
+    result = pipeline(records, {Q0: [(0, "p0-1"), (1, "p0-0"), (2, "p0-1")], Q1: [(0, "ghost-0")]})
+    assert result.counts == {"acked": 3, "missing": 1, "twice": 1, "never sent": 1, "out of order": 1}

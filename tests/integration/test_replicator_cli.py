@@ -5,17 +5,14 @@ checkpoint holds the batch's offsets and no commit for it, and the standby holds
 the restart replays it."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from harness import check_for
+from harness import Driver, check_for
 from quorumq.cli.main import build_parser, main
 from quorumq.cli.replicator import main_spark_submit
 from quorumq.core.replicator import decode_offsets
@@ -23,37 +20,6 @@ from replicator_support import create_topic, new_topic, produce, queue_ends, que
 
 QUEUES, PER_QUEUE, BATCH = 4, 3000, 2000
 RUN_TIMEOUT_S = 150.0
-
-
-class Driver:
-    """One `quorumq replicator run` in its own session, so that it and the JVM and Python workers
-    it starts are stopped together by its pid (as a process group)."""
-
-    def __init__(self, args: list[str], log_path) -> None:
-        self.log_path = log_path
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "quorumq.cli.main", "replicator", "run", *args],
-                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.process.wait()
-
-    def signal(self, number: int) -> None:
-        """To the driver and everything it started (its process group)."""
-        try:
-            os.killpg(self.process.pid, number)
-        except ProcessLookupError:
-            pass
-
-    def stop(self) -> int:
-        """SIGTERM to the driver alone: it stops its queries and Spark, then exits."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=60)
-        finally:
-            self.kill()  # whatever of its group is left
 
 
 def test_a_checkpoint_url_of_another_file_system_is_refused_before_spark_starts(capsys, tmp_path):

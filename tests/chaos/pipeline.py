@@ -1,0 +1,100 @@
+"""F14 and W5 of the reliability spec: the replicator (`quorumq replicator run --dedupe`, a Spark
+driver in local mode) copies the chaos topic from the group under test (cluster A) to a standby of
+one broker (cluster B) while the nemesis kills the driver, fails A's master over, or stops B.
+
+The driver is restarted on its checkpoint as a supervisor would restart it: at heal after a kill,
+and whenever it is found gone (with its failure policy `fail`, a standby that stays down ends the
+driver after bounded retries)."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from controller_group import Group
+from final_read import read_replica
+from harness import TEST_SEGMENT_BYTES, Driver, LocalCluster, check_for
+from history import History
+from nemesis import kill_master, paused
+from network import Network
+from quorumq.client import AdminClient, Blocking, PullConsumer
+
+STANDBY = "Standby"
+DRAIN_S = 180.0  # how long the standby may take to hold every acknowledged send after the heal
+TRIGGER_S = 0.5
+
+
+class Pipeline:
+    """Cluster B and the driver replicating `topic` from cluster A into it."""
+
+    def __init__(self, directory: Path, source_access_point: str, topic: str, queues: int,
+                 history: History) -> None:
+        self.directory, self.topic, self.queues, self.history = directory, topic, queues, history
+        self.standby = LocalCluster(directory / "standby", cluster=STANDBY)
+        self.args = ["--source", source_access_point, "--topics", topic, "--checkpoint", str(directory / "checkpoint"),
+                     "--starting", "earliest", "--spark-master", "local[1]", "--dedupe",
+                     "--trigger-seconds", str(TRIGGER_S)]
+        self.info: dict | None = None
+        self.driver: Driver | None = None
+        self._starts = 0
+
+    def start(self) -> None:
+        self.info = self.standby.start()
+        with Blocking(AdminClient, self.info["access_point"]) as admin:
+            for broker in admin.brokers(masters_only=True):
+                admin.update_topic(broker.address, self.topic, self.queues, self.queues)
+        self.args += ["--target", self.info["access_point"]]
+        self._start_driver()
+
+    def _start_driver(self) -> None:
+        self._starts += 1
+        self.driver = Driver(self.args, self.directory / f"driver-{self._starts}.log")
+
+    def keep_driver(self) -> None:
+        """Start the driver again if it is gone."""
+        if self.driver.process.poll() is not None:
+            self.history.invoke("nemesis", "driver-restart", self.driver.process.returncode)
+            self.driver.kill()
+            self._start_driver()
+
+    @property
+    def standby_broker(self) -> dict:
+        return next(p for p in self.info["processes"] if p["kind"] == "broker")
+
+    def fault(self, group: Group, network: Network, rng: random.Random):
+        """F14: SIGKILL the driver (mid micro-batch, as a trigger is every 0.5 s), fail over the
+        source's master (SIGKILL), or stop the standby's broker (SIGSTOP) for the held time."""
+        kind = rng.choice(["kill-driver", "fail-over-source", "standby-down"])
+        if kind == "kill-driver":
+            self.driver.kill()
+            return kind, self._start_driver
+        if kind == "fail-over-source":
+            target, heal = kill_master(group, network, rng)
+            return f"{kind} {target}", heal
+        return kind, paused(self.standby_broker)
+
+    def drain(self, acked: int) -> float:
+        """Wait until the standby's queues hold at least `acked` messages; the seconds it took."""
+        started = time.monotonic()
+
+        def held() -> bool:
+            self.keep_driver()
+            with Blocking(PullConsumer, self.info["access_point"], "chaos-drain") as consumer:
+                return sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues)) >= acked
+
+        check_for(DRAIN_S, 1.0, held, "the standby holding every acknowledged send")
+        return round(time.monotonic() - started, 3)
+
+    def close(self) -> None:
+        """Stop the driver (SIGTERM, then its whole process group) and the standby."""
+        try:
+            if self.driver is not None:
+                self.driver.stop()
+        finally:
+            self.standby.stop()
+
+    def final_read(self) -> dict[str, list[tuple[int, str]]]:
+        """The standby's queues, read offline once it is closed."""
+        broker = self.standby_broker
+        return read_replica(Path(broker["data_dir"]), self.topic, broker["broker_name"], TEST_SEGMENT_BYTES)
