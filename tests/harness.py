@@ -180,6 +180,13 @@ class Driver:
             self.kill()  # whatever of its group is left
 
 
+def create_topic(cluster: dict, topic: str, queues: int) -> None:
+    """The topic, with `queues` read and write queues, on every master of the cluster."""
+    with Blocking(AdminClient, cluster["access_point"]) as admin:
+        for broker in admin.brokers(masters_only=True):
+            admin.update_topic(broker.address, topic, queues, queues)
+
+
 def restart_process(cluster: dict, process: dict, sig: int = signal.SIGTERM) -> None:
     """Stop one process of `cluster` with `sig` and start it again."""
     assert process in cluster["processes"]

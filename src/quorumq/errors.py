@@ -5,6 +5,7 @@ status for quorumq's own cluster protocol. Names and codes are published: never 
 only add.
 """
 
+import errno
 from dataclasses import dataclass
 from enum import Enum
 
@@ -73,3 +74,8 @@ class QuorumqError(Exception):
         super().__init__(f"{error.name}: {detail}")
         self.error = error
         self.detail = detail
+
+
+def write_error(exc: OSError, what: str) -> QuorumqError:
+    """A failed write of `what`: DISK_FULL when the disk is full, else INTERNAL_ERROR."""
+    return QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR, f"{what}: {exc}")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from controller_group import Group
 from final_read import read_replica
-from harness import TEST_SEGMENT_BYTES, Driver, LocalCluster, check_for
+from harness import TEST_SEGMENT_BYTES, Driver, LocalCluster, check_for, create_topic
 from history import History
 from nemesis import kill_master, paused
 from network import Network
-from quorumq.client import AdminClient, Blocking, PullConsumer
+from quorumq.client import Blocking, PullConsumer
 
 STANDBY = "Standby"
 DRAIN_S = 180.0  # how long the standby may take to hold every acknowledged send after the heal
@@ -41,9 +41,7 @@ class Pipeline:
 
     def start(self) -> None:
         self.info = self.standby.start()
-        with Blocking(AdminClient, self.info["access_point"]) as admin:
-            for broker in admin.brokers(masters_only=True):
-                admin.update_topic(broker.address, self.topic, self.queues, self.queues)
+        create_topic(self.info, self.topic, self.queues)
         self.args += ["--target", self.info["access_point"]]
         self._start_driver()
 

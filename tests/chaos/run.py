@@ -119,7 +119,7 @@ class Outcome:
     exits: tuple[str, ...]  # processes found dead once the nemesis had healed its last fault
     peak_rss_mb: dict[str, float]  # each process's VmHWM before the brokers stopped
     standby: dict[str, list[tuple[int, str]]] | None = None  # F14: the standby's queues
-    standby_drain_s: float | None = None  # F14: from the group's last ack until the standby held it all
+    standby_drain_s: float | None = None  # F14: from the group being whole until the standby held every ack
 
 
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,

@@ -7,7 +7,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from quorumq.client import AdminClient, Blocking, Message, Producer, PullConsumer
+from quorumq.client import Blocking, Message, Producer, PullConsumer
 from quorumq.core import replicator as plan
 
 DEAD_LETTER_TOPIC = "DLQ_replicator"
@@ -24,12 +24,6 @@ def worker_environment() -> None:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     paths = [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
-
-
-def create_topic(cluster: dict, topic: str, queues: int) -> None:
-    with Blocking(AdminClient, cluster["access_point"]) as admin:
-        for broker in admin.brokers(masters_only=True):
-            admin.update_topic(broker.address, topic, queues, queues)
 
 
 def produce(cluster: dict, topic: str, per_queue: int, queues: int, body_bytes: int = 16, tag: str = "t",

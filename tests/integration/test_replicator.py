@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-from harness import check_for
+from harness import check_for, create_topic
 from quorumq import limits
 from quorumq.client import AdminClient, Blocking, PullConsumer
 from quorumq.core import replicator as plan
@@ -15,7 +15,7 @@ from quorumq.core.replicator import TopicShape
 from quorumq.replicator import jobs
 from quorumq.replicator.app import spark_session
 from quorumq.replicator.jobs import Settings
-from replicator_support import (DEAD_LETTER_TOPIC, create_topic, new_topic, produce, queue_ends, queue_messages,
+from replicator_support import (DEAD_LETTER_TOPIC, new_topic, produce, queue_ends, queue_messages,
                                 source_offsets, worker_environment)
 
 WAIT_S = 90.0

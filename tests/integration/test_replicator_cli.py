@@ -12,11 +12,11 @@ from typing import Callable
 
 import pytest
 
-from harness import Driver, check_for
+from harness import Driver, check_for, create_topic
 from quorumq.cli.main import build_parser, main
 from quorumq.cli.replicator import main_spark_submit
 from quorumq.core.replicator import decode_offsets
-from replicator_support import create_topic, new_topic, produce, queue_ends, queue_messages, source_offsets
+from replicator_support import new_topic, produce, queue_ends, queue_messages, source_offsets
 
 QUEUES, PER_QUEUE, BATCH = 4, 3000, 2000
 RUN_TIMEOUT_S = 150.0

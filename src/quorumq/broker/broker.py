@@ -143,7 +143,7 @@ class Broker:
     def _new_replication_slave(self, host: str, port: int) -> ReplicationSlave:
         return ReplicationSlave(
             self.store, master_host=host, master_port=port,
-            broker_id=self.controller_id if self.controller_mode else self.config["brokerId"],
+            broker_id=self.replica_id,
             cluster_name=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
             acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", async_learner=self.config["asyncLearner"],
             sync_from_last_file=self.config["syncFromLastFile"], epochs=self.epochs,
@@ -251,6 +251,11 @@ class Broker:
             return False
         log.error("refusing a role of master epoch %d: this log already holds epoch %d", epoch, self.epochs.last_epoch)
         return True
+
+    @property
+    def replica_id(self) -> int:
+        """How this broker names itself to its master: the controller's id, or brokerId."""
+        return self.controller_id if self.controller_mode else self.config["brokerId"]
 
     @property
     def store_damaged(self) -> bool:

@@ -134,8 +134,7 @@ async def copy_master_metadata(broker: Broker) -> None:
         if address not in channels:
             channels[address] = grpc.aio.insecure_channel(address)
         _, incarnation, version = applied if applied[0] == address else ("", "", 0)
-        request = pb.MetadataRequest(broker_id=broker.controller_id if broker.controller_mode else broker.config["brokerId"],
-                                     incarnation=incarnation, applied_version=version,
+        request = pb.MetadataRequest(broker_id=broker.replica_id, incarnation=incarnation, applied_version=version,
                                      wait_ms=int(SYNC_METADATA_INTERVAL_S * 1000))
         try:
             metadata = await pb_grpc.BrokerAdminStub(channels[address]).GetMetadata(

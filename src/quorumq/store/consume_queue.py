@@ -133,7 +133,7 @@ class ConsumeQueue:
     def repair(self, offset: int, entry: tuple[int, int, int]) -> None:
         """Write the entry at `offset` again (recovery found it disagreeing with the log)."""
         assert self.min_offset <= offset < self.max_offset, (offset, self.min_offset, self.max_offset)
-        queue_file = self.files[(offset - self.files[0].start) // self.entries_per_file]
+        queue_file = self._file_of(offset)
         write_fully(self._open(queue_file), ENTRY.pack(*entry), (offset - queue_file.start) * ENTRY_SIZE)
         self._dirty.mark_file(queue_file)
 
@@ -173,9 +173,12 @@ class ConsumeQueue:
     def read_entries(self, offset: int, count: int) -> bytes:
         """Up to `count` entries from `offset`, from one file (the caller asks again for more)."""
         assert self.files[0].start <= offset < self.max_offset, (offset, self.max_offset)
-        queue_file = self.files[(offset - self.files[0].start) // self.entries_per_file]
+        queue_file = self._file_of(offset)
         count = min(count, queue_file.start + self.entries_per_file - offset, self.max_offset - offset)
         return os.pread(self._open(queue_file), count * ENTRY_SIZE, (offset - queue_file.start) * ENTRY_SIZE)
+
+    def _file_of(self, offset: int) -> QueueFile:
+        return self.files[(offset - self.files[0].start) // self.entries_per_file]
 
     def entry_at(self, offset: int) -> tuple[int, int, int]:
         return ENTRY.unpack(self.read_entries(offset, 1))

@@ -4,11 +4,10 @@ The broker sets offsets as consumers commit and calls `persist` on a timer
 (flushConsumerOffsetInterval) and at shutdown; the file is replaced atomically.
 """
 
-import errno
 import json
 from pathlib import Path
 
-from quorumq.errors import Error, QuorumqError
+from quorumq.errors import Error, QuorumqError, write_error
 from quorumq.store.atomic_file import write_atomically
 
 FILE_NAME = "consumerOffset.json"
@@ -66,7 +65,6 @@ class ConsumerOffsets:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.path, json.dumps(self._offsets, sort_keys=True, indent=1).encode())
         except OSError as exc:  # kept as changed: the next persist tries again
-            raise QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR,
-                               f"consumer offsets not written: {exc}") from exc
+            raise write_error(exc, "consumer offsets not written") from exc
         self._changed = False
         return True

@@ -19,7 +19,6 @@ may run in worker threads at the same time as appends. They only read offsets th
 publishes after the bytes below them are written, and hold locks while they sync descriptors.
 """
 
-import errno
 import fcntl
 import logging
 import os
@@ -31,7 +30,7 @@ from typing import Callable, Mapping, NoReturn, Sequence
 
 from quorumq import limits
 from quorumq.clock import Clock
-from quorumq.errors import Error, QuorumqError
+from quorumq.errors import Error, QuorumqError, write_error
 from quorumq.store import codec
 from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from quorumq.store.codec import (ASSIGNED_POSITION, BLANK_BYTES_MIN, BLANK_HEADER, HEADER, MESSAGE_MAGIC,
@@ -228,7 +227,7 @@ class MessageStore:
                 queue.mark_written_since(dispatch_from)
         # Every record is checked, not only those since the checkpoint: bits that rot in a sealed
         # segment or a consume queue while the broker is down are found now, before it can serve
-        # or be elected from a damaged log (reliability spec F10). About 0.25 s per 100k records.
+        # or be elected from a damaged log (reliability spec F10); bench_store measures the cost.
         redispatch = _Redispatcher(self, dispatch_from)
         scan = scan_commit_log(self._commit_log, self._commit_log.min_offset, durable, redispatch.visit,
                                check_residue=not clean)
@@ -558,8 +557,7 @@ class MessageStore:
     def _queue_write_failed(self, exc: OSError) -> NoReturn:
         log.error("consume-queue write: %s; the records are in the commit log and are indexed before "
                   "the next append", exc)
-        raise QuorumqError(Error.DISK_FULL if exc.errno == errno.ENOSPC else Error.INTERNAL_ERROR,
-                           f"consume-queue write: {exc}") from exc
+        raise write_error(exc, "consume-queue write") from exc
 
     # Replication: raw commit-log bytes.
 
