@@ -147,6 +147,10 @@ def start_process(process: dict) -> None:
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True)
     process["pid"] = child.pid
+    # Popen returns as the exec begins, when /proc/PID/cmdline can still be empty and pid_alive
+    # says no: a check right after this call would take the starting process for a dead one.
+    while not pid_alive(child.pid) and child.poll() is None:
+        time.sleep(0.005)
 
 
 class Driver:

@@ -1,6 +1,7 @@
 """`quorumq up`, `quorumq namesrv` and `quorumq broker` as an operator runs them."""
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,24 @@ def test_servers_refuse_an_unknown_config_key(tmp_path):
         result = cli(kind, "-c", config)
         assert result.returncode == 2, result
         assert "unknown config key 'bogusKey'" in result.stderr
+
+
+def test_a_server_refuses_a_port_another_process_listens_on(cluster, tmp_path):
+    """gRPC's default SO_REUSEPORT would let the second bind succeed and take a share of the first
+    one's connections; each kind must refuse to start instead, and the first keeps serving."""
+    namesrv, broker = (next(p for p in cluster["processes"] if p["kind"] == kind) for kind in ("namesrv", "broker"))
+    for kind, taken in (("namesrv", namesrv), ("broker", broker)):
+        properties = read_properties(Path(taken["config"]).read_text())
+        if kind == "broker":
+            properties["storePathRootDir"] = str(tmp_path / "second-store")
+        config = tmp_path / f"second-{kind}.conf"
+        config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        result = cli(kind, "-c", config)
+        assert result.returncode == 1, result
+        assert f"CONFIG_INVALID: cannot listen on {taken['address']}" in result.stderr, result.stderr
+        assert pid_alive(taken["pid"])
+    with Blocking(AdminClient, cluster["access_point"]) as admin:
+        assert admin.broker_status(broker["address"])
 
 
 def test_up_lays_out_ports_configs_and_cluster_file(start_cluster):

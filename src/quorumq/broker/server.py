@@ -26,6 +26,7 @@ from quorumq.endpoint.reader import MessageReaderService
 from quorumq.namesrv.registry import RouteRegistry, client_route
 from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import QuorumqError
+from quorumq.listen import grpc_server
 
 log = logging.getLogger("quorumq.broker")
 
@@ -172,7 +173,8 @@ async def serve(config: Config) -> None:
     broker = Broker(config, clock)
     broker.open()
     namesrv = NameServerLink(broker)
-    server = grpc.aio.server(options=[
+    address = f"{config['bindAddress']}:{config['listenPort']}"
+    server = grpc_server(address, options=[
         ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
         ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
     ])
@@ -182,8 +184,6 @@ async def serve(config: Config) -> None:
     pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.register), server)
     pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
     pb_grpc.add_MessageWriterServicer_to_server(MessageWriterService(broker), server)
-    address = f"{config['bindAddress']}:{config['listenPort']}"
-    server.add_insecure_port(address)
     await server.start()
     await broker.start()
     log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"],

@@ -12,6 +12,7 @@ from quorumq.config import Config, Kind
 from quorumq.errors import QuorumqError
 
 EXIT_USAGE = 2  # as argparse: the command line or a config file is wrong
+EXIT_FAILED = 1
 
 
 def serve(kind: Kind, config_path: Path) -> int:
@@ -29,7 +30,11 @@ def serve(kind: Kind, config_path: Path) -> int:
         from quorumq.controller.server import main as server_main
     else:
         from quorumq.broker.server import main as server_main
-    return server_main(config)
+    try:
+        return server_main(config)
+    except QuorumqError as error:  # one that stops it from starting: a taken port, a store in use
+        print(f"quorumq {kind.value}: {error}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ from quorumq.config import Config
 from quorumq.controller.metadata import NotLeader, ReplicaMetadata
 from quorumq.core import controller_state as cs
 from quorumq.errors import QuorumqError
+from quorumq.listen import grpc_server
 
 log = logging.getLogger("quorumq.controller")
 
@@ -386,9 +387,8 @@ async def serve(config: Config) -> None:
     # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
     await asyncio.to_thread(zookeeper.start_async)
     controller = Controller(config, zookeeper)
-    server = grpc.aio.server()
+    server = grpc_server(controller.address)
     pb_grpc.add_ControllerServicer_to_server(controller, server)
-    server.add_insecure_port(controller.address)
     await server.start()
     log.info("controller listening on %s, ZooKeeper %s%s", controller.address, config["zookeeperAddress"],
              config["zookeeperRoot"])

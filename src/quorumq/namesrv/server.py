@@ -16,6 +16,7 @@ from quorumq.config import Config
 from quorumq.endpoint import v5
 from quorumq.endpoint.messages import topic_name
 from quorumq.errors import QuorumqError
+from quorumq.listen import grpc_server
 from quorumq.namesrv.registry import RouteRegistry, client_route
 
 log = logging.getLogger("quorumq.namesrv")
@@ -81,11 +82,10 @@ async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float)
 async def serve(config: Config) -> None:
     clock = Clock()
     registry = RouteRegistry(not_active_timeout_ms=config["brokerNotActiveTimeoutMillis"])
-    server = grpc.aio.server()
+    address = f"{config['bindAddress']}:{config['listenPort']}"
+    server = grpc_server(address)
     pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
     v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)
-    address = f"{config['bindAddress']}:{config['listenPort']}"
-    server.add_insecure_port(address)
     await server.start()
     log.info("name server listening on %s", address)
     stop = asyncio.Event()
