@@ -17,8 +17,11 @@ READ_BYTES = 1 << 20
 def read_replica(store_dir: Path, topic: str, broker_name: str, segment_bytes: int) -> dict[str, list[tuple[int, str]]]:
     """{"<broker_name>:<queue_id>": [(queue offset, value), ...]} of one replica's store."""
     store = MessageStore(store_dir, segment_bytes=segment_bytes, store_host="offline", clock=Clock())
-    store.open()
+    report = store.open()
     try:
+        # A damaged in-sync replica is itself a finding; reading it would only show a prefix.
+        if report.corrupt_offset is not None:
+            raise RuntimeError(f"{store_dir}: the commit log is damaged at offset {report.corrupt_offset}: {report}")
         queues = {}
         for queue_id in store.topic_queue_ids(topic):
             found, offset = [], store.queue_min_offset(topic, queue_id)

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,10 +67,23 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     """One run. The verdict is in the result; it raises when the group cannot be made whole again
     after healing (itself a failure of the run)."""
     directory.mkdir(parents=True, exist_ok=True)
-    history_path = directory / "history.jsonl"
-    history = History(history_path)
     stores = [directory / "cluster" / f"{BROKER_NAME}-{replica}" / "store" for replica in range(3)]
     mounted = mount_small_disks(stores) if fault in ("F8", COMBINED) else []
+    ok = False
+    try:
+        result = _run(fault, seed, duration_s, directory, profile)
+        ok = result.ok
+        return result
+    finally:
+        if not ok:  # the small disks are tmpfs: a failed run keeps a copy of each store to replay
+            for store in mounted:
+                shutil.copytree(store, directory / "kept-stores" / store.parent.name)
+        unmount(mounted)
+
+
+def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str) -> RunResult:
+    history_path = directory / "history.jsonl"
+    history = History(history_path)
     base_port = free_base_port()
     network = Network(base_port, replicas=3, controllers=2)
     clock_dir = directory / "clocks"
@@ -94,7 +108,6 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
             del os.environ[variable]
         network.close()
         history.close()
-        unmount(mounted)
     records = read_history(history_path)
     results = check_all(records, final, final_offsets, final_master, in_sync, facts)
     rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
