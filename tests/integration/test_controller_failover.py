@@ -110,6 +110,19 @@ def test_an_acknowledged_commit_survives_the_masters_sigkill(group):
         assert check_for(SETTLE_S, 0.2, lambda: consumer.get_offset(topic, 0), "the group's position") == 30
 
 
+def test_an_acknowledged_topic_update_survives_the_masters_sigkill(group):
+    """W4: a topic made on the master alone (`updateTopic -c` writes to masters) is answered once
+    every SyncStateSet member has applied it, so the master's SIGKILL right after the answer does
+    not lose it (slaves used to copy topics every 3 s)."""
+    master = group.master()
+    topic = f"T{uuid.uuid4().hex[:10]}"
+    group.admin.update_topic(master["address"], topic, read_queue_nums=2, write_queue_nums=2)
+    stop_process(master, signal.SIGKILL)
+    check_for(FAILOVER_S, 0.1, lambda: group.master() is not master, "a new master")
+    topics = {config.name: config for config in group.admin.metadata(group.master()["address"]).topics}
+    assert topic in topics and topics[topic].write_queue_nums == 2
+
+
 def test_a_deposed_master_truncates_what_only_it_held(group):
     """Scenario 21: sends the slaves never got (FLUSH_SLAVE_TIMEOUT: the slaves were stopped, and
     more was written than the sockets between them can hold) are cut from the old master when it

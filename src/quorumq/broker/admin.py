@@ -41,8 +41,8 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
     @aborts_on_error
     async def UpdateTopic(self, request):
         check_name(request.name, Error.ILLEGAL_TOPIC, "topic")
-        self.broker.update_topic(TopicConfig(request.name, request.read_queue_nums, request.write_queue_nums,
-                                             request.perm))
+        await self.broker.change_topic(TopicConfig(request.name, request.read_queue_nums, request.write_queue_nums,
+                                                   request.perm))
         await self.publish_topics()
         return pb.Empty()
 

@@ -348,9 +348,18 @@ class Broker:
     def update_topic(self, config: TopicConfig) -> TopicConfig:
         self.topics.put(config)
         self.topics_changed.set()
+        self._new_metadata_version()
         log.info("topic %s: read %d write %d perm %d", config.name, config.read_queue_nums,
                  config.write_queue_nums, config.perm)
         return config
+
+    async def change_topic(self, config: TopicConfig) -> None:
+        """An operator's topic update. On a controller-mode master with allAckInSyncStateSet it is
+        answered once every SyncStateSet member has applied it, like a commit: a failover right
+        after the answer must not lose the topic (slaves used to copy topics every 3 s)."""
+        self.update_topic(config)
+        if self.role is not BrokerRole.SLAVE:
+            await self._replicated(self.metadata_version, "topic update")
 
     def delete_topic(self, topic: str) -> None:
         self.topics.delete(topic)
@@ -399,23 +408,31 @@ class Broker:
         self.consumers.commit(group, topic, queue_id, offset)
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             self.consumers.persist()
+        await self._replicated(self._new_metadata_version(), "commit")
+
+    def _new_metadata_version(self) -> int:
+        """A change slaves copy: a new version, and their waiting polls are answered."""
         self.metadata_version += 1
-        version = self.metadata_version
         self._pulse()
-        if not durable:
+        return self.metadata_version
+
+    async def _replicated(self, version: int, what: str) -> None:
+        """In controller mode with allAckInSyncStateSet, wait until every other SyncStateSet
+        member has applied metadata `version` (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout)."""
+        if not (self.controller_mode and self.config["allAckInSyncStateSet"]):
             return
         deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
         while True:
             if self.sync_state is None:
-                raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is no longer the master: commit "
-                                   "again to the new one")
+                raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"this broker is no longer the master: make the "
+                                   f"{what} again on the new one")
             behind = sorted(member for member in self.sync_state.quorum_members - {self.controller_id}
                             if self._metadata_applied.get(member, 0) < version)
             if not behind:
                 return
             if not await self._changed_before(deadline):
                 raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"members {behind} of the SyncStateSet did not "
-                                   f"confirm the commit within slaveTimeout")
+                                   f"confirm the {what} within slaveTimeout")
 
     def _pulse(self) -> None:
         """Wake whoever waits for a metadata version, a slave's confirmation or a role change."""
