@@ -1063,9 +1063,18 @@ class _Redispatcher:
             self.write()
 
     def write(self) -> None:
-        for queue in self._staged:
-            queue.write_staged()
-        self._staged = []
+        """Write what the queues staged. When one write fails (a full disk), every queue drops what
+        it staged, so the next attempt stages it again: a queue left holding staged entries would
+        count them as indexed and never write them."""
+        try:
+            for queue in self._staged:
+                queue.write_staged()
+        except OSError:
+            for queue in self._staged:
+                queue.discard_staged()
+            raise
+        finally:
+            self._staged = []
 
 
 def _whole_blank(data: bytes, position: int, size: int) -> bool:
