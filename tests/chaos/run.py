@@ -69,19 +69,18 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     directory.mkdir(parents=True, exist_ok=True)
     stores = [directory / "cluster" / f"{BROKER_NAME}-{replica}" / "store" for replica in range(3)]
     mounted = mount_small_disks(stores) if fault in ("F8", COMBINED) else []
-    ok = False
+    kept = directory / "kept-stores"
     try:
-        result = _run(fault, seed, duration_s, directory, profile)
-        ok = result.ok
-        return result
+        result = _run(fault, seed, duration_s, directory, profile, mounted, kept)
     finally:
-        if not ok:  # the small disks are tmpfs: a failed run keeps a copy of each store to replay
-            for store in mounted:
-                shutil.copytree(store, directory / "kept-stores" / store.parent.name)
         unmount(mounted)
+    if result.ok:
+        shutil.rmtree(kept, ignore_errors=True)
+    return result
 
 
-def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str) -> RunResult:
+def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str, mounted: list[Path],
+         kept: Path) -> RunResult:
     history_path = directory / "history.jsonl"
     history = History(history_path)
     base_port = free_base_port()
@@ -97,6 +96,10 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
             outcome = exercise(cluster, network, fault, seed, duration_s, history, directory)
         finally:
             cluster.stop()
+            # The small disks are tmpfs: a copy of each store as the brokers left it (the final
+            # read recovers them), kept when the run fails.
+            for store in mounted:
+                shutil.copytree(store, kept / store.parent.name)
         brokers, final_master, in_sync = outcome.brokers, outcome.final_master, outcome.in_sync
         facts = Hygiene(outcome.exits, outcome.peak_rss_mb, unhandled_errors(directory / "cluster"))
         segment_bytes = int(PROFILES[profile]["mappedFileSizeCommitLog"])

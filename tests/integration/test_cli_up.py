@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import LocalCluster, check_for, cli, pid_alive, stop_process
+from harness import LocalCluster, check_for, cli, free_base_port, pid_alive, stop_process
 from quorumq.cli.up import REPLICAS_MAX, plan
 from quorumq.client import AdminClient, Blocking
 from quorumq.config import Kind, read_properties
@@ -35,19 +35,28 @@ def test_servers_refuse_an_unknown_config_key(tmp_path):
         assert "unknown config key 'bogusKey'" in result.stderr
 
 
+def taken_address(address: str) -> str:
+    return f"CONFIG_INVALID: cannot listen on {address}"
+
+
 def test_a_server_refuses_a_port_another_process_listens_on(cluster, tmp_path):
     """gRPC's default SO_REUSEPORT would let the second bind succeed and take a share of the first
     one's connections; each kind must refuse to start instead, and the first keeps serving."""
     namesrv, broker = (next(p for p in cluster["processes"] if p["kind"] == kind) for kind in ("namesrv", "broker"))
-    for kind, taken in (("namesrv", namesrv), ("broker", broker)):
+    broker_properties = read_properties(Path(broker["config"]).read_text())
+    ha_address = f"127.0.0.1:{broker_properties['haListenPort']}"
+    for kind, taken, changes, refused in (
+            ("namesrv", namesrv, {}, taken_address(namesrv["address"])),
+            ("broker", broker, {}, taken_address(broker["address"])),
+            ("broker", broker, {"listenPort": str(free_base_port())}, f"{taken_address(ha_address)} for replication")):
         properties = read_properties(Path(taken["config"]).read_text())
         if kind == "broker":
             properties["storePathRootDir"] = str(tmp_path / "second-store")
         config = tmp_path / f"second-{kind}.conf"
-        config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        config.write_text("".join(f"{key}={value}\n" for key, value in {**properties, **changes}.items()))
         result = cli(kind, "-c", config)
         assert result.returncode == 1, result
-        assert f"CONFIG_INVALID: cannot listen on {taken['address']}" in result.stderr, result.stderr
+        assert refused in result.stderr, result.stderr
         assert pid_alive(taken["pid"])
     with Blocking(AdminClient, cluster["access_point"]) as admin:
         assert admin.broker_status(broker["address"])

@@ -107,8 +107,8 @@ class Broker:
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
         self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
         self._repair_until: int | None = None  # see store_damaged
-        # What slaves copy besides the log (metadata): versions count this process's offset
-        # commits; each slave says which version it has applied (see commit_offset).
+        # What slaves copy besides the log (metadata): versions count this process's topic
+        # updates and offset commits; each slave says which version it has applied (see _replicated).
         self.incarnation = uuid.uuid4().hex
         self.metadata_version = 0
         self._metadata_applied: dict[int, int] = {}  # slave id -> the version it has applied

@@ -122,9 +122,10 @@ class NameServerLink:
 
 async def copy_master_metadata(broker: Broker) -> None:
     """A slave mirrors its master's topics and consumer positions, as RocketMQ's slaves do. It asks
-    again as soon as it has applied an answer and the master answers when a commit changed
-    something (else after SYNC_METADATA_INTERVAL_S): commits reach the slaves at once, and the
-    version applied tells a controller-mode master that a commit is safe (Broker.commit_offset)."""
+    again as soon as it has applied an answer and the master answers when a topic update or a
+    commit changed something (else after SYNC_METADATA_INTERVAL_S): changes reach the slaves at
+    once, and the version applied tells a controller-mode master that a change is safe
+    (Broker._replicated)."""
     channels: dict[str, grpc.aio.Channel] = {}
     applied = ("", "", 0)  # the master address, incarnation and version last applied
     while True:
@@ -170,14 +171,15 @@ async def _every(interval_ms, action) -> None:
 async def serve(config: Config) -> None:
     heap.keep_freed_memory()
     clock = Clock()
-    broker = Broker(config, clock)
-    broker.open()
-    namesrv = NameServerLink(broker)
     address = f"{config['bindAddress']}:{config['listenPort']}"
+    # Bound before the store's recovery, so that a taken port is said at once.
     server = grpc_server(address, options=[
         ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
         ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
     ])
+    broker = Broker(config, clock)
+    broker.open()
+    namesrv = NameServerLink(broker)
     # In controller mode every replica takes the official client's requests for the master.
     messaging = (ForwardingMessagingService if broker.controller_mode else MessagingService)(broker, namesrv.route)
     v5_grpc.add_MessagingServiceServicer_to_server(messaging, server)

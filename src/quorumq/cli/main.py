@@ -32,7 +32,7 @@ def serve(kind: Kind, config_path: Path) -> int:
         from quorumq.broker.server import main as server_main
     try:
         return server_main(config)
-    except QuorumqError as error:  # one that stops it from starting: a taken port, a store in use
+    except QuorumqError as error:  # one that ends the server, e.g. a taken port or a store in use: one line
         print(f"quorumq {kind.value}: {error}", file=sys.stderr)
         return EXIT_FAILED
 

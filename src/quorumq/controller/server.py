@@ -384,10 +384,10 @@ def _offer(queue: asyncio.Queue, notice: pb.RoleNotice | None) -> None:
 
 async def serve(config: Config) -> None:
     zookeeper = KazooClient(hosts=config["zookeeperAddress"], timeout=config["zookeeperSessionTimeoutMillis"] / 1000)
+    controller = Controller(config, zookeeper)
+    server = grpc_server(controller.address)  # before ZooKeeper: a taken port ends it with no session open
     # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
     await asyncio.to_thread(zookeeper.start_async)
-    controller = Controller(config, zookeeper)
-    server = grpc_server(controller.address)
     pb_grpc.add_ControllerServicer_to_server(controller, server)
     await server.start()
     log.info("controller listening on %s, ZooKeeper %s%s", controller.address, config["zookeeperAddress"],

@@ -27,7 +27,7 @@ from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import AckRejected, AckTracker
 from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
                                              RemoteProtocolError, ReplicationConnection, Role)
-from quorumq.errors import QuorumqError
+from quorumq.errors import Error, QuorumqError
 from quorumq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,12 @@ class ReplicationMaster:
 
     async def start(self) -> None:
         assert self._server is None, "master already started"
-        self._server = await asyncio.start_server(self._serve, self._host, self._port,
-                                                  limit=limits.REPLICATION_READ_BYTES)
+        try:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port,
+                                                      limit=limits.REPLICATION_READ_BYTES)
+        except OSError as error:
+            raise QuorumqError(Error.CONFIG_INVALID, f"cannot listen on {self._host}:{self._port} for "
+                                                     f"replication: {error.strerror}") from None
         self._port = self._server.sockets[0].getsockname()[1]
         log.info("replication master %s/%s listening on %s:%d", self.cluster_name, self.broker_name,
                  self._host, self._port)

@@ -103,9 +103,11 @@ class ConsumeQueue:
         self.next_offset = queue_offset + 1
         return queue_offset
 
-    def discard_staged(self) -> None:
+    def discard_staged(self, forget_start: bool) -> None:
+        """Drop the staged entries. `forget_start`: their records were not written either, so a
+        queue begun for them (begin_at) forgets where; records in the log keep it, to be staged again."""
         self._staged = bytearray()
-        if not self.files:  # a queue begun for the discarded batch forgets where
+        if forget_start and not self.files:
             self.min_offset = self.max_offset = 0
         self.next_offset = self.max_offset
 

@@ -109,8 +109,9 @@ class _Batch:
     offsets: list[tuple[int, int]]  # (commit-log offset, queue offset) of each record
 
     def discard(self) -> None:
+        """The batch's records were not written."""
         for queue in self.staged:
-            queue.discard_staged()
+            queue.discard_staged(forget_start=True)
 
 
 def _record_bytes(data: memoryview, position: int) -> bytes:
@@ -535,7 +536,7 @@ class MessageStore:
                 queue.write_staged()
         except OSError as exc:
             for queue in queues:
-                queue.discard_staged()
+                queue.discard_staged(forget_start=False)
             self._queue_write_failed(exc)
 
     def _index_undispatched(self) -> None:
@@ -547,8 +548,11 @@ class MessageStore:
             scan_commit_log(self._commit_log, self._dispatched_offset, self._flushed_offset, redispatch.visit,
                             check_residue=False)
             redispatch.write()
-        except OSError as exc:
-            self._queue_write_failed(exc)
+        except BaseException as exc:
+            redispatch.discard()
+            if isinstance(exc, OSError):
+                self._queue_write_failed(exc)
+            raise
         if redispatch.corrupt_offset is not None:
             self._mark_corrupt(redispatch.corrupt_offset, "queue offset out of sequence")
         self._dispatched_offset = self._write_offset if self._corrupt_offset is None else self._corrupt_offset
@@ -1063,18 +1067,17 @@ class _Redispatcher:
             self.write()
 
     def write(self) -> None:
-        """Write what the queues staged. When one write fails (a full disk), every queue drops what
-        it staged, so the next attempt stages it again: a queue left holding staged entries would
-        count them as indexed and never write them."""
-        try:
-            for queue in self._staged:
-                queue.write_staged()
-        except OSError:
-            for queue in self._staged:
-                queue.discard_staged()
-            raise
-        finally:
-            self._staged = []
+        for queue in self._staged:
+            queue.write_staged()
+        self._staged = []
+
+    def discard(self) -> None:
+        """After a failed attempt (a full disk): every queue drops what it staged, so the next
+        attempt stages it again. A queue left holding staged entries would count them as indexed
+        and never write them."""
+        for queue in self._staged:
+            queue.discard_staged(forget_start=False)
+        self._staged = []
 
 
 def _whole_blank(data: bytes, position: int, size: int) -> bool:
