@@ -259,6 +259,43 @@ async def test_slave_drops_a_master_that_sends_a_gap_and_reconnects(tmp_path):
         slave_store.close()
 
 
+async def test_a_frame_that_never_ends_is_silence_to_the_slave(tmp_path):
+    """F7 seed 461229838: a byte flipped in a DATA frame's length on the link left the slave
+    waiting for a frame of megabytes while the master's heartbeats trickled in, so it never timed
+    out and never rejoined the SyncStateSet. A hand-driven master sends such a frame's start and
+    then a byte at a time: the slave must give up after the housekeeping interval and connect again."""
+    slave_store = open_store(tmp_path / "slave")
+    handshakes: list[Handshake] = []
+
+    async def trickling_master(reader, writer):
+        codec = ReplicationConnection(Role.MASTER)
+        while (event := codec.next_event()) is NEED_DATA:
+            codec.feed(await reader.read(4096))
+        handshakes.append(event)
+        frame = encode_frame(Data(0, 0, event.max_offset, 0, bytes(100_000)))
+        try:
+            for index in range(64, len(frame)):  # the header, then a byte every 20 ms
+                writer.write(frame[:64] if index == 64 else frame[index:index + 1])
+                await writer.drain()
+                await asyncio.sleep(0.02)
+        except ConnectionError:
+            pass  # the slave gave up
+        writer.close()
+
+    server = await asyncio.start_server(trickling_master, "127.0.0.1", 0)
+    slave = new_slave(slave_store, server.sockets[0].getsockname()[1], heartbeat_interval_s=0.05,
+                      housekeeping_interval_s=0.3)
+    slave.start()
+    try:
+        await async_check_for(WAIT_S, 0.01, lambda: len(handshakes) >= 2, "the slave connected again")
+        assert slave_store.max_offset == 0
+    finally:
+        await slave.stop()
+        server.close()
+        await server.wait_closed()
+        slave_store.close()
+
+
 async def test_heartbeats_keep_an_idle_connection_and_a_silent_slave_is_dropped(tmp_path):
     """Idle for several housekeeping intervals: heartbeats and reports keep the session alive and
     carry the confirm offset. A slave that stops talking (as under SIGSTOP) is dropped after the

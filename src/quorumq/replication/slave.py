@@ -4,8 +4,8 @@
 The slave connects to its master's haListenPort and sends a HANDSHAKE with the end of its own
 commit log; the master streams DATA from there. Each DATA is appended with `store.append_raw` at
 exactly the offset the log ends at (the codec already refuses a gap or an overlap; append_raw
-checks the offset and every record again). A protocol error, a refused append, silence for
-`housekeeping_interval_s` or a closed connection ends the session; the slave connects again after
+checks the offset and every record again). A protocol error, a refused append, silence (no whole
+frame) for `housekeeping_interval_s` or a closed connection ends the session; the slave connects again after
 a backoff (doubling from HA_RECONNECT_BACKOFF_S_MIN to _MAX, reset by a session that received
 something) and resumes from its own max offset.
 
@@ -149,11 +149,18 @@ class ReplicationSlave:
                 tasks.append(asyncio.create_task(self._flush_loop(writer, codec, flush_wanted)))
             for task in tasks:  # a helper that fails closes the socket, which ends the read below
                 task.add_done_callback(functools.partial(_close_on_failure, writer))
+            loop = asyncio.get_running_loop()
+            heard_by = loop.time() + self._housekeeping_s
             while True:
-                async with asyncio.timeout(self._housekeeping_s):
+                # Silence is no whole frame, not no bytes: a DATA length damaged on the way (within
+                # the frame limit) would otherwise keep the session waiting for megabytes that
+                # the master's heartbeats deliver a few bytes at a time, for good.
+                async with asyncio.timeout_at(heard_by):
                     data = await reader.read(limits.REPLICATION_READ_BYTES)
                 codec.feed(data)
-                appended, closed = self._take_events(codec)
+                appended, heard, closed = self._take_events(codec)
+                if heard:
+                    heard_by = loop.time() + self._housekeeping_s
                 for task in tasks:
                     if task.done():
                         task.result()  # raises what ended a helper loop
@@ -171,12 +178,13 @@ class ReplicationSlave:
             await asyncio.gather(*tasks, return_exceptions=True)
             writer.close()
 
-    def _take_events(self, codec: ReplicationConnection) -> tuple[bool, bool]:
-        """Apply every complete frame; returns (appended anything, the master closed)."""
-        appended = False
+    def _take_events(self, codec: ReplicationConnection) -> tuple[bool, bool, bool]:
+        """Apply every complete frame; returns (appended anything, any frame, the master closed)."""
+        appended = heard = False
         while (event := codec.next_event()) is not NEED_DATA:
             if isinstance(event, ConnectionClosed):
-                return appended, True
+                return appended, heard, True
+            heard = True
             assert isinstance(event, (Data, Heartbeat)), event  # the transition table admits nothing else
             self._received = True
             if isinstance(event, Data):
@@ -192,7 +200,7 @@ class ReplicationSlave:
             else:
                 self.master_max_offset = max(self.master_max_offset or 0, event.end_offset)
             self.master_confirm_offset = event.confirm_offset
-        return appended, False
+        return appended, heard, False
 
     def _note_epoch(self, epoch: int, start_offset: int) -> None:
         """Record a newer epoch in the epoch file before any of its bytes are appended."""
