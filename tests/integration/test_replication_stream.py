@@ -230,6 +230,14 @@ async def test_master_refuses_a_slave_that_lies_about_its_offsets(tmp_path):
         master_store.close()
 
 
+async def read_handshake(reader: asyncio.StreamReader) -> Handshake:
+    """What a hand-driven master reads first from a slave."""
+    codec = ReplicationConnection(Role.MASTER)
+    while (event := codec.next_event()) is NEED_DATA:
+        codec.feed(await reader.read(4096))
+    return event
+
+
 async def test_slave_drops_a_master_that_sends_a_gap_and_reconnects(tmp_path):
     """A hand-driven master sends DATA past the slave's end: the slave appends nothing, closes,
     and handshakes again from its own max offset."""
@@ -237,9 +245,7 @@ async def test_slave_drops_a_master_that_sends_a_gap_and_reconnects(tmp_path):
     handshakes: list[Handshake] = []
 
     async def bad_master(reader, writer):
-        codec = ReplicationConnection(Role.MASTER)
-        while (event := codec.next_event()) is NEED_DATA:
-            codec.feed(await reader.read(4096))
+        event = await read_handshake(reader)
         handshakes.append(event)
         writer.write(encode_frame(Data(0, 0, event.max_offset + 10, 0, b"not a record")))
         await reader.read()  # until the slave closes
@@ -268,9 +274,7 @@ async def test_a_frame_that_never_ends_is_silence_to_the_slave(tmp_path):
     handshakes: list[Handshake] = []
 
     async def trickling_master(reader, writer):
-        codec = ReplicationConnection(Role.MASTER)
-        while (event := codec.next_event()) is NEED_DATA:
-            codec.feed(await reader.read(4096))
+        event = await read_handshake(reader)
         handshakes.append(event)
         frame = encode_frame(Data(0, 0, event.max_offset, 0, bytes(100_000)))
         try:
