@@ -10,18 +10,22 @@ from quorumq.errors import Error, QuorumqError
 
 GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
 UNDELIVERED_MARK = "ExecuteBatchError raised in core by servicer method"
+UNSENT_BATCH = 'Failed "execute_batch"'  # the answer's batch, as opposed to one gRPC refused to start
 
 
 class UndeliveredResponse(logging.Filter):
-    """gRPC logs a response it could not send, because its client's connection closed or was reset
-    while the handler ran (a client that gave up, a partition), as an ERROR with a traceback from
-    its core. Nothing failed on the server: say so in one line."""
+    """gRPC logs an answer it could not send, because the call ended on the client's side while
+    the handler ran (cancelled, past its deadline, the connection lost in a partition), as an
+    ERROR with a traceback from its core. Nothing failed on the server: say so in one line. Other
+    batch failures (a call gRPC refused to start) keep their level and traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if message.startswith(UNDELIVERED_MARK):
+        error = record.exc_info[1] if record.exc_info else None
+        if message.startswith(UNDELIVERED_MARK) and str(error).startswith(UNSENT_BATCH):
             method = message[len(UNDELIVERED_MARK):].strip(" []")
-            record.msg, record.args = "%s: the answer was not delivered, the client's connection closed first", (method,)
+            record.msg, record.args = ("%s: the call ended on the client's side (cancelled, past its deadline or "
+                                       "its connection lost) before the answer was sent", (method,))
             record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
             record.exc_info = record.exc_text = None
         return True

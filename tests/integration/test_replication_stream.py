@@ -28,8 +28,8 @@ WAIT_S = 5.0
 GAP = limits.HA_MAX_GAP_NOT_IN_SYNC_DEFAULT
 
 
-def open_store(root) -> MessageStore:
-    store = MessageStore(root, segment_bytes=SEGMENT_BYTES, store_host="127.0.0.1:10911", clock=Clock())
+def open_store(root, segment_bytes: int = SEGMENT_BYTES) -> MessageStore:
+    store = MessageStore(root, segment_bytes=segment_bytes, store_host="127.0.0.1:10911", clock=Clock())
     store.open()
     return store
 
@@ -298,6 +298,41 @@ async def test_a_frame_that_never_ends_is_silence_to_the_slave(tmp_path):
         server.close()
         await server.wait_closed()
         slave_store.close()
+
+
+async def test_a_large_record_on_a_slow_link_is_not_silence(tmp_path):
+    """The other side of the rule above: a record larger than what arrives within the housekeeping
+    interval keeps the session while its frame makes progress (a 1 MiB record at 640 KiB/s here,
+    with a 1 s interval), and is appended whole."""
+    master_store, slave_store = (open_store(tmp_path / name, segment_bytes=4 << 20) for name in ("master", "slave"))
+    big = MessageIn(topic="A", queue_id=0, body=random.Random(5).randbytes(1 << 20), properties={},
+                    born_timestamp_ms=1_700_000_000_000, born_host="127.0.0.1:40000")
+    end = master_store.append([big]).end_offset
+    handshakes: list[Handshake] = []
+
+    async def slow_master(reader, writer):
+        event = await read_handshake(reader)
+        handshakes.append(event)
+        frame = encode_frame(Data(0, 0, 0, 0, master_store.read_raw(0, end)))
+        for start in range(0, len(frame), 64 * 1024):
+            writer.write(frame[start:start + 64 * 1024])
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await reader.read()  # until the slave closes
+        writer.close()
+
+    server = await asyncio.start_server(slow_master, "127.0.0.1", 0)
+    slave = new_slave(slave_store, server.sockets[0].getsockname()[1], housekeeping_interval_s=1.0)
+    slave.start()
+    try:
+        await async_check_for(WAIT_S, 0.01, lambda: slave_store.max_offset == end, "the record appended")
+        assert len(handshakes) == 1
+    finally:
+        await slave.stop()
+        server.close()
+        await server.wait_closed()
+        slave_store.close()
+        master_store.close()
 
 
 async def test_heartbeats_keep_an_idle_connection_and_a_silent_slave_is_dropped(tmp_path):

@@ -5,7 +5,8 @@ The slave connects to its master's haListenPort and sends a HANDSHAKE with the e
 commit log; the master streams DATA from there. Each DATA is appended with `store.append_raw` at
 exactly the offset the log ends at (the codec already refuses a gap or an overlap; append_raw
 checks the offset and every record again). A protocol error, a refused append, silence (no whole
-frame) for `housekeeping_interval_s` or a closed connection ends the session; the slave connects again after
+frame, nor REPLICATION_READ_BYTES of one) for `housekeeping_interval_s` or a closed connection ends
+the session; the slave connects again after
 a backoff (doubling from HA_RECONNECT_BACKOFF_S_MIN to _MAX, reset by a session that received
 something) and resumes from its own max offset.
 
@@ -151,16 +152,19 @@ class ReplicationSlave:
                 task.add_done_callback(functools.partial(_close_on_failure, writer))
             loop = asyncio.get_running_loop()
             heard_by = loop.time() + self._housekeeping_s
+            unheard = 0  # bytes received since heard_by was last set
             while True:
-                # Silence is no whole frame, not no bytes: a DATA length damaged on the way (within
-                # the frame limit) would otherwise keep the session waiting for megabytes that
-                # the master's heartbeats deliver a few bytes at a time, for good.
+                # Silence is neither a whole frame nor REPLICATION_READ_BYTES of one: a DATA length
+                # damaged on the way (within the frame limit) would otherwise keep the session
+                # waiting, for good, for megabytes that the master's heartbeats deliver a few bytes
+                # at a time; a large record on a slow link still makes progress.
                 async with asyncio.timeout_at(heard_by):
                     data = await reader.read(limits.REPLICATION_READ_BYTES)
                 codec.feed(data)
                 appended, heard, closed = self._take_events(codec)
-                if heard:
-                    heard_by = loop.time() + self._housekeeping_s
+                unheard += len(data)
+                if heard or unheard >= limits.REPLICATION_READ_BYTES:
+                    heard_by, unheard = loop.time() + self._housekeeping_s, 0
                 for task in tasks:
                     if task.done():
                         task.result()  # raises what ended a helper loop
