@@ -2,6 +2,8 @@
 quorumq clusters, A and B, started with `quorumq up --cluster A` and `--cluster B`."""
 
 import json
+import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -185,6 +187,27 @@ def test_heartbeat_reports_latency_and_connectivity(spark, clusters, tmp_path):
     run_until(jobs.start_heartbeat(spark, settings), alive, "a heartbeat arrived on the standby")
     [copy] = [m for m in queue_messages(standby, jobs.HEARTBEAT_TOPIC, 0)[-1:]]
     assert copy.properties[plan.SOURCE_CLUSTER] == "A" and json.loads(copy.body)["source"] == "A"
+
+
+def test_a_job_stopped_before_its_first_batch_starts_again(spark, clusters, tmp_path):
+    """F14 seed 461229844: a driver SIGKILLed while its heartbeat query started left the rate
+    source's start in the checkpoint and its first batch's offsets in a temporary file not yet
+    renamed into place; Spark refuses such a directory, so every restart of the driver failed and
+    the standby fell behind for good. Here the checkpoints are cut back to that state: the jobs
+    must start again."""
+    primary, standby = clusters
+    settings = settings_for(primary, standby, "unused", tmp_path, heartbeat_interval_s=1.0, starting="latest")
+    run_until(jobs.start_heartbeat(spark, settings), settings.heartbeat_path.exists, "a first heartbeat")
+    for job in ("heartbeat", "heartbeat-forward"):
+        directory = settings.job_dir(job)
+        first_offsets = (directory / "offsets" / "0").read_bytes()
+        for planned in ("offsets", "commits"):
+            shutil.rmtree(directory / planned)
+            (directory / planned).mkdir()
+        (directory / "offsets" / f".0.{uuid.uuid4()}.tmp").write_bytes(first_offsets)
+    assert (settings.job_dir("heartbeat") / "sources").is_dir()
+    settings.heartbeat_path.unlink()
+    run_until(jobs.start_heartbeat(spark, settings), settings.heartbeat_path.exists, "a heartbeat after the restart")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ trigger, progress and restart handling from Spark.
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -68,8 +69,19 @@ def _start(spark: Any, name: str, writer: Any, settings: Settings, interval_s: f
     """Start a job's query, named by job and direction (a session may run both directions)."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)  # FAIR: small jobs never wait behind data
     direction = f"{clients.cluster_name(settings.source)}->{clients.cluster_name(settings.target)}"
+    _forget_if_unplanned(settings.job_dir(name))
     return (writer.queryName(f"{name} {direction}").option("checkpointLocation", str(settings.job_dir(name)))
             .trigger(processingTime=f"{interval_s} seconds").start())
+
+
+def _forget_if_unplanned(checkpoint: Path) -> None:
+    """A driver killed while a query started leaves its checkpoint with files (its metadata, a rate
+    source's start time) but no planned batch, and Spark refuses such a directory at every restart
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). A batch's offsets are logged before it writes
+    anything, so a query with none has nothing to resume: it starts afresh."""
+    if checkpoint.is_dir() and not any(entry.name.isdigit() for entry in (checkpoint / "offsets").glob("*")):
+        log.warning("%s: no batch was planned before the driver stopped; the query starts afresh", checkpoint)
+        shutil.rmtree(checkpoint)
 
 
 def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...], offset_syncs: bool) -> Any:
