@@ -174,17 +174,19 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups(c
     assert jobs.copy_config(primary["access_point"], standby["access_point"], (created,)) == ({}, {})
 
 
+def heartbeat_alive(settings: Settings):
+    """heartbeat.json once a heartbeat has made the round trip, else False."""
+    if not settings.heartbeat_path.exists():
+        return False
+    status = json.loads(settings.heartbeat_path.read_text())
+    return status["alive"] and 0 <= status["latencyMs"] < 30_000 and status
+
+
 def test_heartbeat_reports_latency_and_connectivity(spark, clusters, tmp_path):
     primary, standby = clusters
     settings = settings_for(primary, standby, "unused", tmp_path, heartbeat_interval_s=1.0, starting="latest")
-
-    def alive():
-        if not settings.heartbeat_path.exists():
-            return False
-        status = json.loads(settings.heartbeat_path.read_text())
-        return status["alive"] and 0 <= status["latencyMs"] < 30_000 and status
-
-    run_until(jobs.start_heartbeat(spark, settings), alive, "a heartbeat arrived on the standby")
+    run_until(jobs.start_heartbeat(spark, settings), lambda: heartbeat_alive(settings),
+              "a heartbeat arrived on the standby")
     [copy] = [m for m in queue_messages(standby, jobs.HEARTBEAT_TOPIC, 0)[-1:]]
     assert copy.properties[plan.SOURCE_CLUSTER] == "A" and json.loads(copy.body)["source"] == "A"
 
@@ -197,8 +199,11 @@ def test_a_job_stopped_before_its_first_batch_starts_again(spark, clusters, tmp_
     must start again."""
     primary, standby = clusters
     settings = settings_for(primary, standby, "unused", tmp_path, heartbeat_interval_s=1.0, starting="latest")
-    run_until(jobs.start_heartbeat(spark, settings), settings.heartbeat_path.exists, "a first heartbeat")
-    for job in ("heartbeat", "heartbeat-forward"):
+    jobs_started = ("heartbeat", "heartbeat-forward")
+    run_until(jobs.start_heartbeat(spark, settings),
+              lambda: all((settings.job_dir(job) / "offsets" / "0").exists() for job in jobs_started),
+              "both queries' first batch planned")
+    for job in jobs_started:
         directory = settings.job_dir(job)
         first_offsets = (directory / "offsets" / "0").read_bytes()
         for planned in ("offsets", "commits"):
@@ -207,7 +212,8 @@ def test_a_job_stopped_before_its_first_batch_starts_again(spark, clusters, tmp_
         (directory / "offsets" / f".0.{uuid.uuid4()}.tmp").write_bytes(first_offsets)
     assert (settings.job_dir("heartbeat") / "sources").is_dir()
     settings.heartbeat_path.unlink()
-    run_until(jobs.start_heartbeat(spark, settings), settings.heartbeat_path.exists, "a heartbeat after the restart")
+    run_until(jobs.start_heartbeat(spark, settings), lambda: heartbeat_alive(settings),
+              "a heartbeat after the restart")
 
 
 @pytest.fixture
