@@ -9,6 +9,7 @@ store's business), and the comparison uses `read_raw` and `get_messages`.
 """
 
 import asyncio
+import contextlib
 import random
 
 import pytest
@@ -230,6 +231,17 @@ async def test_master_refuses_a_slave_that_lies_about_its_offsets(tmp_path):
         master_store.close()
 
 
+@contextlib.asynccontextmanager
+async def hand_driven_master(serve_connection):
+    """A master played by the test: `serve_connection(reader, writer)` per connection; yields its port."""
+    server = await asyncio.start_server(serve_connection, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 async def read_handshake(reader: asyncio.StreamReader) -> Handshake:
     """What a hand-driven master reads first from a slave."""
     codec = ReplicationConnection(Role.MASTER)
@@ -251,18 +263,16 @@ async def test_slave_drops_a_master_that_sends_a_gap_and_reconnects(tmp_path):
         await reader.read()  # until the slave closes
         writer.close()
 
-    server = await asyncio.start_server(bad_master, "127.0.0.1", 0)
-    slave = new_slave(slave_store, server.sockets[0].getsockname()[1])
-    slave.start()
-    try:
-        await async_check_for(WAIT_S, 0.01, lambda: len(handshakes) >= 3, "slave retried")
-        assert slave_store.max_offset == 0 and slave.failures >= 2
-        assert all(handshake.max_offset == 0 for handshake in handshakes)
-    finally:
-        await slave.stop()
-        server.close()
-        await server.wait_closed()
-        slave_store.close()
+    async with hand_driven_master(bad_master) as port:
+        slave = new_slave(slave_store, port)
+        slave.start()
+        try:
+            await async_check_for(WAIT_S, 0.01, lambda: len(handshakes) >= 3, "slave retried")
+            assert slave_store.max_offset == 0 and slave.failures >= 2
+            assert all(handshake.max_offset == 0 for handshake in handshakes)
+        finally:
+            await slave.stop()
+            slave_store.close()
 
 
 async def test_a_frame_that_never_ends_is_silence_to_the_slave(tmp_path):
@@ -286,18 +296,15 @@ async def test_a_frame_that_never_ends_is_silence_to_the_slave(tmp_path):
             pass  # the slave gave up
         writer.close()
 
-    server = await asyncio.start_server(trickling_master, "127.0.0.1", 0)
-    slave = new_slave(slave_store, server.sockets[0].getsockname()[1], heartbeat_interval_s=0.05,
-                      housekeeping_interval_s=0.3)
-    slave.start()
-    try:
-        await async_check_for(WAIT_S, 0.01, lambda: len(handshakes) >= 2, "the slave connected again")
-        assert slave_store.max_offset == 0
-    finally:
-        await slave.stop()
-        server.close()
-        await server.wait_closed()
-        slave_store.close()
+    async with hand_driven_master(trickling_master) as port:
+        slave = new_slave(slave_store, port, heartbeat_interval_s=0.05, housekeeping_interval_s=0.3)
+        slave.start()
+        try:
+            await async_check_for(WAIT_S, 0.01, lambda: len(handshakes) >= 2, "the slave connected again")
+            assert slave_store.max_offset == 0
+        finally:
+            await slave.stop()
+            slave_store.close()
 
 
 async def test_a_large_record_on_a_slow_link_is_not_silence(tmp_path):
@@ -321,18 +328,16 @@ async def test_a_large_record_on_a_slow_link_is_not_silence(tmp_path):
         await reader.read()  # until the slave closes
         writer.close()
 
-    server = await asyncio.start_server(slow_master, "127.0.0.1", 0)
-    slave = new_slave(slave_store, server.sockets[0].getsockname()[1], housekeeping_interval_s=1.0)
-    slave.start()
-    try:
-        await async_check_for(WAIT_S, 0.01, lambda: slave_store.max_offset == end, "the record appended")
-        assert len(handshakes) == 1
-    finally:
-        await slave.stop()
-        server.close()
-        await server.wait_closed()
-        slave_store.close()
-        master_store.close()
+    async with hand_driven_master(slow_master) as port:
+        slave = new_slave(slave_store, port, housekeeping_interval_s=1.0)
+        slave.start()
+        try:
+            await async_check_for(WAIT_S, 0.01, lambda: slave_store.max_offset == end, "the record appended")
+            assert len(handshakes) == 1
+        finally:
+            await slave.stop()
+            slave_store.close()
+            master_store.close()
 
 
 async def test_heartbeats_keep_an_idle_connection_and_a_silent_slave_is_dropped(tmp_path):

@@ -402,8 +402,7 @@ class Broker:
         in controller mode with allAckInSyncStateSet the answer also waits until every member of
         the SyncStateSet has applied it (slaves long-poll for it), so no failover takes an
         acknowledged commit back. Otherwise slaves copy it on their next poll."""
-        durable = self.controller_mode and self.config["allAckInSyncStateSet"]
-        if durable and self.sync_state is None:
+        if self._metadata_waits_for_sync_state_set and self.sync_state is None:
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is not the master: commit to the master")
         self.consumers.commit(group, topic, queue_id, offset)
         if self.config["flushDiskType"] == "SYNC_FLUSH":
@@ -416,10 +415,14 @@ class Broker:
         self._pulse()
         return self.metadata_version
 
+    @property
+    def _metadata_waits_for_sync_state_set(self) -> bool:
+        return self.controller_mode and self.config["allAckInSyncStateSet"]
+
     async def _replicated(self, version: int, what: str) -> None:
         """In controller mode with allAckInSyncStateSet, wait until every other SyncStateSet
         member has applied metadata `version` (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout)."""
-        if not (self.controller_mode and self.config["allAckInSyncStateSet"]):
+        if not self._metadata_waits_for_sync_state_set:
             return
         deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
         while True:
