@@ -110,6 +110,46 @@ def test_an_acknowledged_commit_survives_the_masters_sigkill(group):
         assert check_for(SETTLE_S, 0.2, lambda: consumer.get_offset(topic, 0), "the group's position") == 30
 
 
+def test_a_slave_rejoins_only_once_it_holds_the_commits_answered_without_it(group):
+    """C6 (core/sync_state.py decision 5): a commit answered while a slave was out of the
+    SyncStateSet is not on that slave. Caught up on the log, it must not rejoin before it has
+    applied the commit, or its election would move the group's position back. Here the slave
+    cannot apply it (a directory stands where its offsets file goes): it stays out, however long
+    its log has been caught up, until the file can be written; then it rejoins, and once elected
+    it serves the commit."""
+    topic = group.new_topic()
+    for index in range(30):
+        assert group.send(topic, f"r{index}".encode()) == SEND_OK
+    consumer_group = f"G{uuid.uuid4().hex[:8]}"
+    master = group.master()
+    left, kept = group.slaves()
+    left_id = int(group.status(left)["brokerId"])
+    offsets_file = Path(left["data_dir"]) / "config" / "consumerOffset.json"
+    with Blocking(PullConsumer, group.cluster["access_point"], consumer_group) as consumer:
+        consumer.commit_offset(topic, 0, 10)
+        os.kill(left["pid"], signal.SIGSTOP)
+        check_for(SETTLE_S, 0.2, lambda: left_id not in group.replica_info()["sync_state_set"],
+                  "the stopped slave out of the SyncStateSet")
+        offsets_file.unlink()
+        (offsets_file / "in-the-way").mkdir(parents=True)
+        consumer.commit_offset(topic, 0, 20)
+    try:
+        os.kill(left["pid"], signal.SIGCONT)
+        check_for(SETTLE_S, 0.2, lambda: group.status(left)["commitLogMaxOffset"]
+                  == group.status(master)["commitLogMaxOffset"], "the slave's log caught up")
+        until = time.monotonic() + 6  # 60 rounds of the master's SyncStateSet upkeep
+        while time.monotonic() < until:
+            assert left_id not in group.replica_info()["sync_state_set"], "rejoined without the commit"
+    finally:
+        shutil.rmtree(offsets_file)
+    group.wait_in_sync()
+    for broker in (master, kept):
+        stop_process(broker, signal.SIGKILL)
+    assert group.master() is left
+    with Blocking(PullConsumer, group.cluster["access_point"], consumer_group) as consumer:
+        assert check_for(SETTLE_S, 0.2, lambda: consumer.get_offset(topic, 0), "the group's position") == 20
+
+
 def test_an_acknowledged_topic_update_survives_the_masters_sigkill(group):
     """W4: a topic made on the master alone (`updateTopic -c` writes to masters) is answered once
     every SyncStateSet member has applied it, so the master's SIGKILL right after the answer does

@@ -1,10 +1,10 @@
 """The master's SyncStateSet upkeep (core/sync_state.py) and the controller-mode put plan and
 ALL_ACK waits (core/quorum.py decision 10), against spec rocketmq-ha.md 2.8 and scenarios 20,
-22, 23 and 25."""
+22, 23 and 25, and the metadata side of a slave's join (decision 5)."""
 
 from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import ALL_ACK, AckTracker, BrokerRole, QuorumSettings, plan_put
-from quorumq.core.sync_state import SyncStateSet, expanded, shrunk
+from quorumq.core.sync_state import MetadataJoin, SyncStateSet, expanded, join_metadata, shrunk, waits_for_join
 
 MASTER = 1
 
@@ -52,6 +52,37 @@ def test_shrink_drops_the_disconnected_the_lagging_and_the_never_caught_up():
                       now_ms=20_000, max_not_caught_up_ms=15_000)
     assert proposal == {1, 2}
     assert shrunk(SyncStateSet(frozenset({1, 2}), 3), MASTER, {2}, {2: 19_000.0}, 20_000, 15_000) is None
+
+
+WINDOW_S = 1.5
+
+
+def test_a_joining_slave_is_ready_once_it_applied_the_version_its_join_began_at():
+    """Decision 5: the join begins at the master's version 40; commits 41 and on wait for the
+    slave, 40 and older were answered without it; it may be proposed once it applied 40, however
+    far the master has gone since."""
+    join, ready = join_metadata(None, applied_version=12, version=40, now_s=100.0, window_s=WINDOW_S)
+    assert join == MetadataJoin(40, 101.5) and not ready
+    assert waits_for_join(join, 41, now_s=100.5) and not waits_for_join(join, 40, now_s=100.5)
+    join, ready = join_metadata(join, applied_version=39, version=90, now_s=100.5, window_s=WINDOW_S)
+    assert join == MetadataJoin(40, 101.5) and not ready
+    assert join_metadata(join, applied_version=40, version=95, now_s=101.0, window_s=WINDOW_S) == (join, True)
+
+
+def test_a_slave_that_applied_everything_joins_at_once():
+    assert join_metadata(None, applied_version=40, version=40, now_s=0.0, window_s=WINDOW_S)[1]
+
+
+def test_a_lapsed_join_holds_no_change_and_begins_again_after_one_more_window():
+    """A slave that never applies (its disk refuses the offsets file) delays commits for a
+    window, then for none, then begins again at the master's newer version."""
+    join = MetadataJoin(40, 101.5)
+    assert not waits_for_join(join, 50, now_s=101.5)
+    # It applied 40, but changes answered after the lapse did not wait for it.
+    assert join_metadata(join, applied_version=40, version=60, now_s=102.0, window_s=WINDOW_S) == (join, False)
+    assert join_metadata(join, applied_version=40, version=60, now_s=103.0, window_s=WINDOW_S) \
+        == (MetadataJoin(60, 104.5), False)
+    assert not waits_for_join(None, 50, now_s=0.0)
 
 
 def test_controller_mode_plan_refuses_below_min_and_needs_all_with_all_ack():

@@ -32,7 +32,7 @@ from quorumq.core.epochs import EpochCache, find_consistent_point
 from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, needs_copies, plan_put
 from quorumq.core.recent_sends import RecentSends, StoredCopy
 from quorumq.core.retention import parse_delete_when, retention_action
-from quorumq.core.sync_state import SyncStateSet
+from quorumq.core.sync_state import MetadataJoin, SyncStateSet, join_metadata, waits_for_join
 from quorumq.errors import Error, QuorumqError
 from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import (PERM_READ, PERM_WRITE, AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
@@ -107,11 +107,13 @@ class Broker:
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
         self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
         self._repair_until: int | None = None  # see store_damaged
-        # What slaves copy besides the log (metadata): versions count this process's topic
-        # updates and offset commits; each slave says which version it has applied (see _replicated).
+        # What slaves copy besides the log (metadata): versions count the topic updates and offset
+        # commits of this process (of its term as master, in controller mode); each slave says
+        # which version it has applied (see _replicated).
         self.incarnation = uuid.uuid4().hex
         self.metadata_version = 0
         self._metadata_applied: dict[int, int] = {}  # slave id -> the version it has applied
+        self._metadata_joins: dict[int, MetadataJoin] = {}  # slave id -> its join (see metadata_joined)
         self._metadata_changed = asyncio.Event()  # replaced by a set one at each change (_pulse)
         self.store.readable_end = self.readable_end
 
@@ -189,6 +191,11 @@ class Broker:
             self.epoch_file.save(self.epochs)
         self.master_epoch, self.master_id, self.master_address = epoch, self.controller_id, self.address
         self.sync_state = SyncStateSet(frozenset(sync_state_set), sync_state_set_epoch)
+        # What a slave applied in an earlier term is not this term's metadata: it adopted other
+        # masters' since, and so did this broker.
+        self.incarnation = uuid.uuid4().hex
+        self._metadata_applied.clear()
+        self._metadata_joins.clear()
         self.recent_sends = RecentSends()  # ids remembered in an older role may name truncated copies
         if self.replication is None:
             self.replication = self._new_replication_master()
@@ -382,8 +389,8 @@ class Broker:
         """A slave's long poll: note the version it has applied, then answer once there is a newer
         one, or after `wait_ms`."""
         mine = request.incarnation == self.incarnation
-        if request.broker_id > 0 and mine:
-            self._metadata_applied[request.broker_id] = request.applied_version
+        if request.broker_id > 0:  # a slave that applied another incarnation's has nothing of ours
+            self._metadata_applied[request.broker_id] = request.applied_version if mine else 0
             self._pulse()
         deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
         while mine and self.metadata_version <= request.applied_version and not self._deposed(request):
@@ -419,21 +426,44 @@ class Broker:
     def _metadata_waits_for_sync_state_set(self) -> bool:
         return self.controller_mode and self.config["allAckInSyncStateSet"]
 
+    def metadata_joined(self, slave_id: int) -> bool:
+        """Whether a slave that caught up on the log may join the SyncStateSet as far as
+        metadata goes: it holds every change answered without it. Asking begins its join, from
+        which on changes wait for it too (core/sync_state.py decision 5)."""
+        if not self._metadata_waits_for_sync_state_set:
+            return True
+        join, ready = join_metadata(self._metadata_joins.get(slave_id), self._metadata_applied.get(slave_id, 0),
+                                    self.metadata_version, asyncio.get_running_loop().time(), self._join_window_s)
+        self._metadata_joins[slave_id] = join
+        return ready
+
+    @property
+    def _join_window_s(self) -> float:
+        """How long changes wait for a joining slave: half of slaveTimeout, so that a change that
+        waits for one still has time for the members."""
+        return self.config["slaveTimeout"] / 2000
+
     async def _replicated(self, version: int, what: str) -> None:
         """In controller mode with allAckInSyncStateSet, wait until every other SyncStateSet
-        member has applied metadata `version` (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout)."""
+        member, and every slave joining it, has applied metadata `version`
+        (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout)."""
         if not self._metadata_waits_for_sync_state_set:
             return
-        deadline = asyncio.get_running_loop().time() + self.config["slaveTimeout"] / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config["slaveTimeout"] / 1000
         while True:
             if self.sync_state is None:
                 raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"this broker is no longer the master: make the "
                                    f"{what} again on the new one")
-            behind = sorted(member for member in self.sync_state.quorum_members - {self.controller_id}
+            now = loop.time()
+            joining = {slave: join.until_s for slave, join in self._metadata_joins.items()
+                       if waits_for_join(join, version, now)}
+            behind = sorted(member for member in (self.sync_state.quorum_members | joining.keys()) - {self.controller_id}
                             if self._metadata_applied.get(member, 0) < version)
             if not behind:
                 return
-            if not await self._changed_before(deadline):
+            wake = min([deadline, *joining.values()])  # a join that lapses no longer holds the change
+            if not await self._changed_before(wake) and wake == deadline:
                 raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"members {behind} of the SyncStateSet did not "
                                    f"confirm the {what} within slaveTimeout")
 

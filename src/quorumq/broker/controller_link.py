@@ -291,7 +291,8 @@ class ControllerLink:
                 continue
             proposal = expanded(broker.sync_state, slave_id, progress.ack_offset, slave_id in self._caught_up_ms,
                                 self.confirm_offset(), epoch_start, handshakes[slave_id].async_learner)
-            if proposal is not None:
+            # Proposed in the same step as the check, so no change is answered without it between.
+            if proposal is not None and broker.metadata_joined(slave_id):
                 await self._report(proposal)
                 return
 

@@ -15,6 +15,14 @@ Decisions, KEEP or FIX against RocketMQ:
    once cannot report a stale set.
 4. KEEP (#5663). While a change is pending, quorum decisions use the stricter view: the size is
    the larger of the two sets and ALL_ACK waits for the union.
+5. FIX (quorumq's metadata: topic updates and offset commits, which RocketMQ does not make wait).
+   A slave that caught up on the log joins only once it also holds every metadata change
+   answered without it, or its election could take an acknowledged commit back. Asking that it
+   hold the master's newest version would starve it under a stream of commits, so it joins in
+   two steps: from the moment it begins to join, new changes wait for it too (for a window at
+   most); once it has applied the version it began at, it holds everything. A join whose window
+   lapsed begins again after one more window, so a slave that never applies delays commits by
+   at most a window in two.
 """
 
 from collections.abc import Collection, Mapping
@@ -52,6 +60,29 @@ def expanded(sync_state_set: SyncStateSet, slave_id: int, ack_offset: int, caugh
     if ack_offset < confirm_offset or ack_offset < epoch_start_offset:
         return None
     return base | {slave_id}
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataJoin:
+    """A slave joining the SyncStateSet, as far as metadata goes (decision 5)."""
+    version: int  # the master's metadata version when the join began
+    until_s: float  # changes newer than `version` wait for the slave until then
+
+
+def join_metadata(join: MetadataJoin | None, applied_version: int, version: int, now_s: float,
+                  window_s: float) -> tuple[MetadataJoin, bool]:
+    """The slave's join as it goes on, and whether it may be proposed now (decision 5), given
+    the metadata version it has applied and the master's current one."""
+    if join is None or now_s >= join.until_s + window_s:
+        join = MetadataJoin(version, now_s + window_s)
+    elif now_s >= join.until_s:
+        return join, False
+    return join, applied_version >= join.version
+
+
+def waits_for_join(join: MetadataJoin | None, change_version: int, now_s: float) -> bool:
+    """Whether a metadata change is answered only once the joining slave has applied it."""
+    return join is not None and change_version > join.version and now_s < join.until_s
 
 
 def shrunk(sync_state_set: SyncStateSet, master_id: int, connected: Collection[int],
