@@ -1,8 +1,9 @@
 """Scenario 30 of the HA spec: a controller-mode broker changes role only for an epoch no older
 than the last one its log holds, and that floor survives a restart (the epoch file, not the
-process's memory); and what a role change does to work in flight (a SyncStateSet proposal, a
-consumer commit waiting for the members). Runs the broker object on a real store, as the
-controller link drives it."""
+process's memory); what a role change does to work in flight (a SyncStateSet proposal, a
+consumer commit waiting for the members); and when a slave may join as far as metadata goes
+(core/sync_state.py decision 5). Runs the broker object on a real store, as the controller link
+drives it."""
 
 import asyncio
 
@@ -88,7 +89,7 @@ async def test_a_commit_is_answered_once_every_member_has_applied_it(open_broker
     commit = asyncio.create_task(broker.commit_offset("g", "T", 0, 7))
     await asyncio.sleep(0.05)  # the commit is taken and waits
     copied = await broker.metadata_for(pb.MetadataRequest(broker_id=2, wait_ms=0))
-    assert not commit.done() and (copied.offsets[0].offset, copied.version) == (7, 2)
+    assert not commit.done() and (copied.offsets[0].offset, copied.version) == (7, 3)  # 1: the election
     await broker.metadata_for(pb.MetadataRequest(broker_id=2, incarnation=copied.incarnation,
                                                  applied_version=copied.version, wait_ms=0))
     await asyncio.wait_for(commit, 1)
@@ -108,3 +109,47 @@ async def test_a_commit_waiting_for_the_members_fails_when_the_master_is_deposed
     with pytest.raises(QuorumqError) as raised:
         await asyncio.wait_for(commit, 1)
     assert raised.value.error is Error.SERVICE_NOT_AVAILABLE
+
+
+async def confirm(broker: Broker, slave_id: int) -> pb.BrokerMetadata:
+    """A slave's two polls: it takes the master's metadata, then says it has applied it."""
+    copied = await broker.metadata_for(pb.MetadataRequest(broker_id=slave_id, wait_ms=0))
+    await broker.metadata_for(pb.MetadataRequest(broker_id=slave_id, incarnation=copied.incarnation,
+                                                 applied_version=copied.version, wait_ms=0))
+    return copied
+
+
+async def test_a_new_master_takes_no_slave_as_joined_before_it_applied_this_term_s_metadata(open_broker):
+    """A new master holds the commits of the terms before it; a slave that was out of the set has
+    applied none of this term's metadata, however few changes this process made itself."""
+    broker = await open_broker()
+    assert await broker.become_master(3, frozenset({1}), 1)
+    assert not broker.metadata_joined(2)
+    await confirm(broker, 2)
+    assert broker.metadata_joined(2)
+
+    assert await broker.become_slave(4, *OTHER_MASTER)
+    assert await broker.become_master(5, frozenset({1}), 1)
+    assert not broker.metadata_joined(2), "what it applied in an earlier term says nothing of this one"
+
+
+async def test_commits_wait_for_a_joining_slave_until_its_join_lapses(open_broker):
+    """The set is the master alone; slave 2 is caught up on the log and begins to join. A commit
+    then waits for it; once it has applied that commit it may join. A slave that never applies
+    holds a commit up for half of slaveTimeout (150 ms here) at most, and the commit is answered."""
+    broker = await open_broker()
+    assert await broker.become_master(3, frozenset({1}), 1)
+    assert not broker.metadata_joined(2)
+    commit = asyncio.create_task(broker.commit_offset("g", "T", 0, 5))
+    await asyncio.sleep(0.05)
+    assert not commit.done(), "a commit made while slave 2 joins waits for it"
+    copied = await confirm(broker, 2)
+    await asyncio.wait_for(commit, 1)
+    assert copied.offsets[0].offset == 5 and broker.metadata_joined(2)
+
+    assert not broker.metadata_joined(3)
+    commit = asyncio.create_task(broker.commit_offset("g", "T", 0, 6))
+    await asyncio.sleep(0.05)
+    assert not commit.done(), "a commit made while slave 3 joins waits for it"
+    await asyncio.wait_for(commit, 1)
+    assert not broker.metadata_joined(3), "its join lapsed: commits were answered without it"

@@ -128,20 +128,22 @@ def test_a_slave_rejoins_only_once_it_holds_the_commits_answered_without_it(grou
     with Blocking(PullConsumer, group.cluster["access_point"], consumer_group) as consumer:
         consumer.commit_offset(topic, 0, 10)
         os.kill(left["pid"], signal.SIGSTOP)
-        check_for(SETTLE_S, 0.2, lambda: left_id not in group.replica_info()["sync_state_set"],
-                  "the stopped slave out of the SyncStateSet")
-        offsets_file.unlink()
-        (offsets_file / "in-the-way").mkdir(parents=True)
-        consumer.commit_offset(topic, 0, 20)
-    try:
-        os.kill(left["pid"], signal.SIGCONT)
-        check_for(SETTLE_S, 0.2, lambda: group.status(left)["commitLogMaxOffset"]
-                  == group.status(master)["commitLogMaxOffset"], "the slave's log caught up")
-        until = time.monotonic() + 6  # 60 rounds of the master's SyncStateSet upkeep
-        while time.monotonic() < until:
-            assert left_id not in group.replica_info()["sync_state_set"], "rejoined without the commit"
-    finally:
-        shutil.rmtree(offsets_file)
+        try:
+            check_for(SETTLE_S, 0.2, lambda: left_id not in group.replica_info()["sync_state_set"],
+                      "the stopped slave out of the SyncStateSet")
+            offsets_file.unlink()
+            (offsets_file / "in-the-way").mkdir(parents=True)
+            consumer.commit_offset(topic, 0, 20)
+            os.kill(left["pid"], signal.SIGCONT)
+            check_for(SETTLE_S, 0.2, lambda: group.status(left)["commitLogMaxOffset"]
+                      == group.status(master)["commitLogMaxOffset"], "the slave's log caught up")
+            until = time.monotonic() + 6  # 60 rounds of the master's SyncStateSet upkeep
+            while time.monotonic() < until:
+                assert left_id not in group.replica_info()["sync_state_set"], "rejoined without the commit"
+                time.sleep(0.2)
+        finally:
+            os.kill(left["pid"], signal.SIGCONT)
+            shutil.rmtree(offsets_file, ignore_errors=True)
     group.wait_in_sync()
     for broker in (master, kept):
         stop_process(broker, signal.SIGKILL)

@@ -192,10 +192,12 @@ class Broker:
         self.master_epoch, self.master_id, self.master_address = epoch, self.controller_id, self.address
         self.sync_state = SyncStateSet(frozenset(sync_state_set), sync_state_set_epoch)
         # What a slave applied in an earlier term is not this term's metadata: it adopted other
-        # masters' since, and so did this broker.
+        # masters' since, and so did this broker. A new version too, so that a slave that has
+        # applied nothing of this term (recorded as 0) is behind it.
         self.incarnation = uuid.uuid4().hex
         self._metadata_applied.clear()
         self._metadata_joins.clear()
+        self._new_metadata_version()
         self.recent_sends = RecentSends()  # ids remembered in an older role may name truncated copies
         if self.replication is None:
             self.replication = self._new_replication_master()
@@ -388,12 +390,14 @@ class Broker:
     async def metadata_for(self, request: pb.MetadataRequest) -> pb.BrokerMetadata:
         """A slave's long poll: note the version it has applied, then answer once there is a newer
         one, or after `wait_ms`."""
-        mine = request.incarnation == self.incarnation
+        def mine() -> bool:  # asked again while it waits: an election starts a new incarnation
+            return request.incarnation == self.incarnation
+
         if request.broker_id > 0:  # a slave that applied another incarnation's has nothing of ours
-            self._metadata_applied[request.broker_id] = request.applied_version if mine else 0
+            self._metadata_applied[request.broker_id] = request.applied_version if mine() else 0
             self._pulse()
         deadline = asyncio.get_running_loop().time() + request.wait_ms / 1000
-        while mine and self.metadata_version <= request.applied_version and not self._deposed(request):
+        while mine() and self.metadata_version <= request.applied_version and not self._deposed(request):
             if not await self._changed_before(deadline):
                 break
         if self._deposed(request):  # its positions would take a new master's commits back
@@ -464,8 +468,8 @@ class Broker:
                 return
             wake = min([deadline, *joining.values()])  # a join that lapses no longer holds the change
             if not await self._changed_before(wake) and wake == deadline:
-                raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"members {behind} of the SyncStateSet did not "
-                                   f"confirm the {what} within slaveTimeout")
+                raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"replicas {behind} (of the SyncStateSet, or "
+                                   f"joining it) did not confirm the {what} within slaveTimeout")
 
     def _pulse(self) -> None:
         """Wake whoever waits for a metadata version, a slave's confirmation or a role change."""
