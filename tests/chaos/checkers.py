@@ -142,6 +142,40 @@ def pipeline(records: list[dict], standby: dict[str, list[tuple[int, str]]]) -> 
                   _examples([*missing, *twice, *never_sent, *disorder]))
 
 
+def translations(records: list[dict], source: dict[str, list[tuple[int, str]]],
+                 standby: dict[str, list[tuple[int, str]]]) -> Result:
+    """W5's checkpoint job under F14: the group's offsets the standby was seen to hold never go
+    back, and never pass a message the group had not committed past on the source: the message
+    just below a translated offset is, on the source, below a commit invoked before the offset
+    was seen (invoked, since a commit that went unanswered may still have been applied)."""
+    first_place = {value: min(found, key=lambda place: place[1]) for value, found in _stored(source).items()}
+    standby_values = {queue: dict(messages) for queue, messages in standby.items()}
+    invoked: dict[tuple[str, int], int] = {}  # the highest commit invoked so far of (group, queue id)
+    seen: dict[tuple[str, str], int] = {}  # the highest offset seen so far of (group, standby queue)
+    checked, back, past = 0, [], []
+    for r in records:
+        if r["f"] == "commit" and r["type"] == "invoke":
+            key = (r["value"]["group"], r["value"]["queue"])
+            invoked[key] = max(r["value"]["offset"], invoked.get(key, 0))
+        elif r["f"] == "translated" and r["type"] == "ok":
+            group = r["value"]
+            for queue, offset in r["offsets"].items():
+                checked += 1
+                if offset < seen.get((group, queue), 0):
+                    back.append((group, queue, offset, seen[group, queue]))
+                seen[group, queue] = max(offset, seen.get((group, queue), 0))
+                if offset == 0:
+                    continue
+                value = standby_values.get(queue, {}).get(offset - 1)
+                source_queue, source_offset = first_place.get(value, ("?:-1", None))
+                committed = invoked.get((group, int(source_queue.rsplit(":", 1)[1])), 0)
+                if source_offset is None or source_offset >= committed:
+                    past.append((group, queue, offset, value, committed))
+    return Result("W5 checkpoint", {"offsets seen": checked, "moved back": len(back),
+                                    "past the source's commits": len(past)},
+                  ("moved back", "past the source's commits"), _examples(back + past))
+
+
 def commits(records: list[dict], final_offsets: FinalOffsets, in_sync: set[str]) -> Result:
     """C6: a group's committed offset of a queue never goes back: each acknowledged commit is at
     or past the ones acknowledged before it, a position read (where a consumer that takes a queue

@@ -6,6 +6,8 @@ a completion repeats its invocation's process, f and value. Kinds the checkers r
   send: value "p3-17" (producer p3, sequence 17); ok adds queue "broker-a:2", offset, epoch, broker.
   position: value {"group", "queue"}: a consumer read the committed offset; ok adds offset (None: none).
   commit: value {"group", "queue", "offset"}: a consumer committed the offset after what it read.
+  translated: value a group: its committed offsets on the replicator's standby; ok adds offsets
+    {"<broker>:<queue id>": offset}.
 Others (the nemesis's "fault" and "heal") are kept for the reader and the availability figures."""
 
 from __future__ import annotations

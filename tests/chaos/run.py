@@ -1,6 +1,6 @@
 """One seeded chaos run: a controller-mode group of three brokers under the W1 send and W2 consume
-workloads (W1 and W5, the replicator to a standby, for F14) and one fault kind of the B5 matrix,
-then healing, a final read of every replica and the checkers' verdict.
+workloads (for F14: W1, one W2 group and W5, the replicator to a standby) and one fault kind of
+the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
         [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from checkers import Hygiene, availability, check_all, pipeline, summary, verdict_table  # noqa: E402
+from checkers import (Hygiene, availability, check_all, pipeline, summary, translations,  # noqa: E402
+                      verdict_table)
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_offsets, read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
@@ -116,7 +117,7 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
     if outcome.standby is not None:
-        results.append(pipeline(records, outcome.standby))
+        results += [pipeline(records, outcome.standby), translations(records, final[final_master], outcome.standby)]
         rows["standby_drain_s"] = outcome.standby_drain_s
     table = verdict_table(results, rows)
     ok = all(result.ok for result in results)
@@ -141,8 +142,9 @@ class Outcome:
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
              history: History, directory: Path) -> Outcome:
     """Start the cluster, run the workloads under the nemesis, heal, let the group become whole
-    and stop its brokers. F14 runs the replicator to a standby beside the producers (and no
-    consumers: two clusters and a Spark driver fill the two cores)."""
+    and stop its brokers. F14 runs the replicator to a standby beside the producers, and one
+    consumer group of two whose offsets it translates (two clusters and a Spark driver fill the
+    two cores)."""
     group = Group(cluster.start(timeout=90))
     workloads = []
     nemesis = standby = None
@@ -151,12 +153,11 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         for broker in group.brokers:
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         access_point = cluster.info["access_point"]
-        workloads = [Producers(access_point, TOPIC, history)]
+        consumers = Consumers(access_point, TOPIC, QUEUES, history, groups=1 if fault == PIPELINE else 2)
+        workloads = [Producers(access_point, TOPIC, history), consumers]
         if fault == PIPELINE:
-            standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, history)
+            standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
             standby.start()
-        else:
-            workloads.append(Consumers(access_point, TOPIC, QUEUES, history))
         nemesis = Nemesis(fault, group, network, history, seed, standby.fault if standby else None)
         for workload in workloads:
             workload.start()

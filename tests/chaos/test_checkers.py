@@ -4,7 +4,8 @@ lets through what the spec allows (recovered values, retried duplicates)."""
 import threading
 
 from checkers import (RSS_LIMIT_MB, Hygiene, availability, check_all, commits, convergence, duplicates, hygiene,
-                      inconsistent_offsets, lost, order, pipeline, split_brain, unexpected, verdict_table)
+                      inconsistent_offsets, lost, order, pipeline, split_brain, translations, unexpected,
+                      verdict_table)
 from history import History, read_history
 
 Q0, Q1 = "broker-a:0", "broker-a:1"
@@ -221,3 +222,47 @@ def test_the_standby_holds_every_acknowledged_send_once_and_in_order():
     assert pipeline(records, {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0"), (1, "p2-0")]}).ok
     result = pipeline(records, {Q0: [(0, "p0-1"), (1, "p0-0"), (2, "p0-1")], Q1: [(0, "ghost-0")]})
     assert result.counts == {"acked": 3, "missing": 1, "twice": 1, "never sent": 1, "out of order": 1}
+
+
+SOURCE = {Q0: [(0, "p0-0"), (1, "p0-1"), (2, "p0-2")]}
+STANDBY_Q0 = "Standby:0"
+STANDBY = {STANDBY_Q0: [(0, "p0-0"), (1, "p0-1"), (2, "p0-2")]}
+
+
+def checkpoint_ops(*ops):
+    """Records given as ("commit", offset): a commit of source queue 0 invoked by group g, or
+    ("translated", offset): g's offset seen on the standby's queue 0."""
+    records = []
+    for op, (f, offset) in enumerate(ops):
+        if f == "commit":
+            records.append({"time": op, "process": "g/c0", "type": "invoke", "f": "commit", "op": op,
+                            "value": {"group": "g", "queue": 0, "offset": offset}})
+        else:
+            records.append({"time": op, "process": "checkpoint-watch", "type": "ok", "f": "translated", "op": op,
+                            "value": "g", "offsets": {STANDBY_Q0: offset}})
+    return records
+
+
+def test_translated_offsets_that_follow_the_source_commits_pass():
+    records = checkpoint_ops(("translated", 0), ("commit", 2), ("translated", 2), ("commit", 3),
+                             ("translated", 2), ("translated", 3))
+    result = translations(records, SOURCE, STANDBY)
+    assert result.ok and result.counts["offsets seen"] == 4
+
+
+def test_a_translated_offset_that_goes_back_fails():
+    result = translations(checkpoint_ops(("commit", 3), ("translated", 3), ("translated", 1)), SOURCE, STANDBY)
+    assert not result.ok and result.counts["moved back"] == 1 and result.examples == [("g", STANDBY_Q0, 1, 3)]
+
+
+def test_a_translated_offset_past_what_the_group_committed_on_the_source_fails():
+    """The standby's message at offset 2 (p0-2) is at source offset 2, which only a commit of 3
+    leaves behind; a commit invoked after the offset was seen does not count."""
+    result = translations(checkpoint_ops(("commit", 2), ("translated", 3), ("commit", 3)), SOURCE, STANDBY)
+    assert not result.ok and result.counts["past the source's commits"] == 1
+    assert result.examples == [("g", STANDBY_Q0, 3, "p0-2", 2)]
+
+
+def test_a_translated_offset_past_what_the_standby_holds_fails():
+    result = translations(checkpoint_ops(("commit", 3), ("translated", 4)), SOURCE, STANDBY)
+    assert result.counts["past the source's commits"] == 1
