@@ -18,6 +18,14 @@ def test_scenario_27_consistent_points():
     assert find_consistent_point(base(), 700, EpochCache([(1, 100), (2, 300), (3, 500), (4, 800)]), 900) == 700
 
 
+def test_an_empty_log_agrees_with_any_master_at_zero():
+    """A master that died before its first message holds epoch 1 and no bytes; its successor's
+    log begins with epoch 2. It used to share no epoch with it and never rejoined."""
+    assert find_consistent_point(EpochCache([(1, 0)]), 0, EpochCache([(2, 0)]), 0) == 0
+    assert find_consistent_point(EpochCache([]), 0, EpochCache([(2, 0)]), 300) == 0
+    assert find_consistent_point(EpochCache([]), 300, EpochCache([(2, 0)]), 300) == -1
+
+
 def test_scenario_27_truncation_and_lookup():
     cache = base()
     assert cache.entry_for_offset(350) == EpochEntry(2, 300, 500)

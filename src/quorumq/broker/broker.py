@@ -294,10 +294,7 @@ class Broker:
             self.store.truncate(corrupt)
             self.epochs.reconcile(corrupt)
         local_max = self.store.max_offset
-        if not self.epochs.entries:
-            point = min(local_max, master_max_offset) if local_max == 0 else -1
-        else:
-            point = find_consistent_point(self.epochs, local_max, master_epochs, master_max_offset)
+        point = find_consistent_point(self.epochs, local_max, master_epochs, master_max_offset)
         if point < 0:
             return -1
         if point < local_max:

@@ -205,23 +205,22 @@ class ControllerLink:
     async def _heartbeats(self) -> None:
         """Hold one stream to the leader; a controller that does not lead names the leader."""
         while True:
-            address = self.client.leader
+            address, hint = self.client.leader, ""
             try:
                 async for notice in self.client.stub(address).Heartbeats(self._heartbeat_source()):
                     if notice.leader_address or not notice.ListFields():
-                        if notice.leader_address and notice.leader_address != address:
-                            self.client.leader = notice.leader_address
+                        hint = notice.leader_address
                         break
+                    self.client.reached(address)
                     try:
                         await self._on_notice(notice)
                     except Exception:  # a bug must not end the stream: the controller would fail us over
                         log.exception("applying a role notice failed")
             except grpc.aio.AioRpcError as exc:
                 log.info("heartbeat stream to %s ended: %s", address, exc.code().name)
-            if self.client.leader == address:  # nobody named another leader: try the next controller
-                addresses = self.client.addresses
-                self.client.leader = addresses[(addresses.index(address) + 1) % len(addresses)] \
-                    if address in addresses else addresses[0]
+            if self.client.leader == address:  # else a call found the leader meanwhile
+                self.client.redirect(address, hint)
+            if not hint:  # nobody named a leader: the next controller, after a pause
                 await asyncio.sleep(RETRY_INTERVAL_S / 4)
 
     async def _on_notice(self, notice: pb.RoleNotice) -> None:

@@ -1,6 +1,9 @@
 """A client of the controllers (controller mode): finds the leader among `controllerAddr` and asks
-it. A controller that is not the leader answers CONTROLLER_NOT_LEADER with the leader's address,
-which the next attempt uses; an unreachable one is skipped."""
+it. A controller that is not the leader answers CONTROLLER_NOT_LEADER with the leader's address;
+an unreachable one is skipped (see next_address for where the next attempt goes)."""
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 
@@ -12,6 +15,7 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 
 CONTROLLER_NOT_LEADER = 2007  # core/controller_state.Code; kept literal so clients need not import the core
 CALL_TIMEOUT_S = 3.0
+T = TypeVar("T")
 
 
 def controller_addresses(text: str) -> list[str]:
@@ -24,12 +28,37 @@ def controller_addresses(text: str) -> list[str]:
     return addresses
 
 
+def next_address(addresses: list[str], asked: str, hint: str, redirects: int) -> str:
+    """Whom to ask after the controller at `asked` did not lead, naming `hint` the leader ("" when
+    it named none or did not answer), the `redirects`-th such answer in a row. A controller names
+    the leader by the address it knows itself by, which this process may not reach that way (a
+    proxy, NAT, or a DNS name in controllerAddr): the configured address that is the hint, else
+    the configured address after `asked`, and the hint itself only once as many answers in a row
+    as there are configured addresses have sent us on."""
+    if hint in addresses:
+        return hint
+    if hint and redirects >= len(addresses):
+        return hint
+    following = addresses.index(asked) + 1 if asked in addresses else 0
+    return addresses[following % len(addresses)]
+
+
 class ControllerClient:
     def __init__(self, addresses: list[str], timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.addresses = list(addresses)
         self.leader = self.addresses[0]  # the best guess; corrected by the answers
+        self._redirects = 0  # answers in a row that sent this client on
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def redirect(self, asked: str, hint: str = "") -> None:
+        """The controller at `asked` does not lead (it named `hint`) or did not answer."""
+        self._redirects += 1
+        self.leader = next_address(self.addresses, asked, hint, self._redirects)
+
+    def reached(self, address: str) -> None:
+        """The controller at `address` leads."""
+        self.leader, self._redirects = address, 0
 
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
@@ -44,40 +73,51 @@ class ControllerClient:
 
     async def call(self, method: str, request) -> pb.ControllerReply:
         """Ask the leader; raises ClientError when no controller leads or none answers."""
-        candidates = [self.leader] + [address for address in self.addresses if address != self.leader]
-        last_error = "no controller answered"
-        for _ in range(2 * len(self.addresses) + 1):
-            if not candidates:
-                break
-            address = candidates.pop(0)
-            try:
-                reply = await getattr(self.stub(address), method)(request, timeout=self._timeout_s)
-            except grpc.aio.AioRpcError as exc:
-                last_error = f"controller {address}: {exc.code().name} {exc.details()}"
-                continue
-            if isinstance(reply, pb.ControllerReply) and reply.code == CONTROLLER_NOT_LEADER:
-                last_error = f"controller {address} does not lead (leader: {reply.leader_address or 'none'})"
-                if reply.leader_address and reply.leader_address != address:
-                    candidates.insert(0, reply.leader_address)
-                continue
-            self.leader = address
-            return reply
-        raise ClientError("SERVICE_NOT_AVAILABLE", last_error)
+        def named_leader(reply) -> str | None:
+            is_redirect = isinstance(reply, pb.ControllerReply) and reply.code == CONTROLLER_NOT_LEADER
+            return reply.leader_address if is_redirect else None
+
+        reply, error = await self._ask(lambda stub: getattr(stub, method)(request, timeout=self._timeout_s),
+                                       named_leader)
+        if reply is None:
+            raise ClientError("SERVICE_NOT_AVAILABLE", error)
+        return reply
 
     async def metadata(self) -> pb.ControllerMetaData:
-        """The controllers as one of them sees them, the leader's view if it answers."""
-        last_error = "no controller answered"
-        for address in [self.leader] + [a for a in self.addresses if a != self.leader]:
+        """The controllers as one of them sees them: the leader's view, else the last one heard."""
+        heard: list[pb.ControllerMetaData] = []
+
+        def named_leader(meta: pb.ControllerMetaData) -> str | None:
+            heard.append(meta)
+            return None if meta.is_leader or not meta.leader_address else meta.leader_address
+
+        meta, error = await self._ask(lambda stub: stub.GetMetaData(pb.Empty(), timeout=self._timeout_s),
+                                      named_leader)
+        if meta is None and not heard:
+            raise ClientError("SERVICE_NOT_AVAILABLE", error)
+        return meta if meta is not None else heard[-1]
+
+    async def _ask(self, ask: Callable[[pb_grpc.ControllerStub], Awaitable[T]],
+                   named_leader: Callable[[T], str | None]) -> tuple[T | None, str]:
+        """`ask(stub)` the leader: an answer for which `named_leader` gives None is the leader's
+        (a NOT_LEADER gives the address it names); each configured address is given one chance
+        to answer at all. Returns the leader's answer, or None and why."""
+        error, unanswered = "no controller answered", 0
+        for _ in range(2 * len(self.addresses) + 1):
+            address = self.leader
             try:
-                meta = await self.stub(address).GetMetaData(pb.Empty(), timeout=self._timeout_s)
+                answer = await ask(self.stub(address))
             except grpc.aio.AioRpcError as exc:
-                last_error = f"controller {address}: {exc.code().name} {exc.details()}"
+                error = f"controller {address}: {exc.code().name} {exc.details()}"
+                self.redirect(address)
+                unanswered += 1
+                if unanswered == len(self.addresses):
+                    break
                 continue
-            if meta.is_leader or not meta.leader_address:
-                return meta
-            self.leader = meta.leader_address
-            try:
-                return await self.stub().GetMetaData(pb.Empty(), timeout=self._timeout_s)
-            except grpc.aio.AioRpcError:
-                return meta
-        raise ClientError("SERVICE_NOT_AVAILABLE", last_error)
+            hint = named_leader(answer)
+            if hint is None:
+                self.reached(address)
+                return answer, ""
+            error = f"controller {address} does not lead (leader: {hint or 'none'})"
+            self.redirect(address, hint)
+        return None, error

@@ -122,7 +122,10 @@ class EpochCache:
 def find_consistent_point(local: EpochCache, local_max: int, master: EpochCache, master_max: int) -> int:
     """Where the two logs agree: walking the local epochs from the newest, the first one the
     master has with the same start gives the smaller of the two ends (each log's last epoch ends at
-    its max offset); -1 when they share none."""
+    its max offset); -1 when they share none. An empty log agrees with any at 0: its epochs, if
+    it has any (a master that died before its first message), name no bytes."""
+    if local_max == 0:
+        return 0
     master_entries = {entry.epoch: entry for entry in master.entries}
     for entry in reversed(local.entries):
         theirs = master_entries.get(entry.epoch)
