@@ -93,7 +93,8 @@ class Pipeline:
         return round(time.monotonic() - started, 3)
 
     def close(self) -> None:
-        """Stop the watch, the driver (SIGTERM, then its whole process group) and the standby."""
+        """Stop the driver (SIGTERM, then its whole process group) and the standby; then raise
+        what made the watch fail, if anything did (its checker would judge too little)."""
         try:
             if self.watch is not None:
                 self.watch.halt()
@@ -101,6 +102,8 @@ class Pipeline:
                 self.driver.stop()
         finally:
             self.standby.stop()
+        if self.watch is not None:
+            self.watch.stop()
 
     def final_read(self) -> dict[str, list[tuple[int, str]]]:
         """The standby's queues, read offline once it is closed."""

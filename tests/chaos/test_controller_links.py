@@ -1,37 +1,89 @@
-"""A broker's links to the controllers, through the chaos suite's proxies (network.py): a broker
-reaches the controllers only at the addresses it is configured with, so cutting those cuts it off
-whichever controller leads. A controller names the leader by its own address; brokers that
-followed that name went round the proxies whenever the second controller led, and the master
+"""A broker's links to the controllers, through the chaos suite's proxies (network.py).
+
+A broker reaches the controllers only at the addresses it is configured with, so cutting those
+cuts it off whichever controller leads. A controller names the leader by its own address; brokers
+that followed that name went round the proxies whenever the second controller led, and a master
 cut off from the controllers kept its role (found in an F13 run: no election in 9 s of
-"master-controllers")."""
+"master-controllers").
 
+A master whose SyncStateSet change reached the controller but whose answer did not cannot know
+which set the controller holds: it keeps the stricter view, the union of the two, until the
+controller's replica info says, so no send is acknowledged without a broker the controller may
+elect."""
+
+import os
 import signal
+import time
+from contextlib import contextmanager
 
-from controller_group import FAILOVER_S, SETTLE_S, started_group
+from controller_group import FAILOVER_S, SEND_OK, SETTLE_S, started_group
 from harness import check_for, free_base_port, start_process, stop_process
-from network import Network
+from network import DOWN, Network
+from quorumq.client.controller import CALL_TIMEOUT_S
 
 
-def test_a_master_cut_off_from_its_configured_controller_addresses_is_replaced(tmp_path):
+@contextmanager
+def proxied_group(directory):
+    """A controller-mode group of three whose links to the two controllers and to the master's
+    HA port go through the proxies."""
     base_port = free_base_port()
     network = Network(base_port, replicas=3, controllers=2)
     try:
-        with started_group(tmp_path, controllers=2, base_port=base_port,
+        with started_group(directory, controllers=2, base_port=base_port,
                            broker_sets=network.broker_sets()) as group:
             group.wait_in_sync()
-            first, second = group.controllers
-            if group.admin_json("getControllerMetaData")["leader"] == first["address"]:
-                stop_process(first, signal.SIGKILL)  # the second leads from now on
-                check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"]
-                          == second["address"], "the second controller leading")
-                start_process(first)
-            for broker in group.brokers:  # each starts by asking the first, which names the second
-                stop_process(broker, signal.SIGKILL)
-                start_process(broker)
-                group.wait_in_sync()
-            master = group.master()
-            network.impair(network.links_of(master["address"], "controllers"))
-            check_for(FAILOVER_S, 0.2, lambda: any(group.says_master(broker) for broker in group.brokers
-                                                   if broker is not master), "another broker elected")
+            yield group, network
     finally:
         network.close()
+
+
+def test_a_master_cut_off_from_its_configured_controller_addresses_is_replaced(tmp_path):
+    with proxied_group(tmp_path) as (group, network):
+        first, second = group.controllers
+        if group.admin_json("getControllerMetaData")["leader"] == first["address"]:
+            stop_process(first, signal.SIGKILL)  # the second leads from now on
+            check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"]
+                      == second["address"], "the second controller leading")
+            start_process(first)
+        for broker in group.brokers:  # each starts by asking the first, which names the second
+            stop_process(broker, signal.SIGKILL)
+            start_process(broker)
+            group.wait_in_sync()
+        master = group.master()
+        network.impair(network.links_of(master["address"], "controllers"))
+        check_for(FAILOVER_S, 0.2, lambda: any(group.says_master(broker) for broker in group.brokers
+                                               if broker is not master), "another broker elected")
+
+
+def test_a_set_change_whose_answer_was_lost_keeps_every_send_on_the_brokers_the_controller_may_elect(tmp_path):
+    """The controller takes slave S back into the set, but the master never hears so (its
+    controller links pass requests and hold answers). S then stops. A send the master
+    acknowledged now would be missing from S, which the controller elects once the other two
+    die: the master must not acknowledge it."""
+    with proxied_group(tmp_path) as (group, network):
+        topic = group.new_topic()
+        assert group.send(topic, b"before") == SEND_OK
+        master = group.master()
+        joining, other = group.slaves()
+        joining_id = int(group.status(joining)["brokerId"])
+        os.kill(joining["pid"], signal.SIGSTOP)
+        try:
+            check_for(SETTLE_S, 0.2, lambda: joining_id not in group.replica_info()["sync_state_set"],
+                      "the stopped slave out of the SyncStateSet")
+            network.impair(network.links_of(master["address"], "controllers"), frozenset({DOWN}))
+            os.kill(joining["pid"], signal.SIGCONT)
+            check_for(SETTLE_S, 0.05, lambda: joining_id in group.replica_info()["sync_state_set"],
+                      "the controller taking the slave back")
+            os.kill(joining["pid"], signal.SIGSTOP)
+            time.sleep(2 * CALL_TIMEOUT_S + 2)  # the master asked both controllers; neither answer came
+            status = group.send(topic, b"after")
+            stop_process(other, signal.SIGKILL)
+            time.sleep(1)  # its stream's end reaches the controller first: it is not elected as the master dies
+            stop_process(master, signal.SIGKILL)
+        finally:
+            os.kill(joining["pid"], signal.SIGCONT)
+            network.heal()
+        assert group.master() is joining
+        bodies = check_for(SETTLE_S, 0.2, lambda: group.bodies(topic), "the elected slave serving the topic")
+        assert b"before" in bodies and (status != SEND_OK or b"after" in bodies)
+        assert status == "FLUSH_SLAVE_TIMEOUT", "the master waited for the union of the two sets"

@@ -140,7 +140,9 @@ class ControllerLink:
             if await broker.become_master(info.master_epoch, frozenset(info.sync_state_set),
                                           info.sync_state_set_epoch):
                 self._caught_up_ms.clear()  # times from an earlier term say nothing about this one
-            elif info.master_epoch == broker.master_epoch:
+            elif info.master_epoch == broker.master_epoch and not self._reporting.locked():
+                # (while a report waits, replica info read before the controller took it would
+                # undo the proposal: the report's answer settles it)
                 broker.adopt_sync_state_set(frozenset(info.sync_state_set), info.sync_state_set_epoch)
         else:
             await broker.become_slave(info.master_epoch, info.master_id, info.master_address)
@@ -211,7 +213,6 @@ class ControllerLink:
                     if notice.leader_address or not notice.ListFields():
                         hint = notice.leader_address
                         break
-                    self.client.reached(address)
                     try:
                         await self._on_notice(notice)
                     except Exception:  # a bug must not end the stream: the controller would fail us over
@@ -220,7 +221,7 @@ class ControllerLink:
                 log.info("heartbeat stream to %s ended: %s", address, exc.code().name)
             if self.client.leader == address:  # else a call found the leader meanwhile
                 self.client.redirect(address, hint)
-            if not hint:  # nobody named a leader: the next controller, after a pause
+            if self.client.leader != hint:  # no leader named that this broker reaches: a pause first
                 await asyncio.sleep(RETRY_INTERVAL_S / 4)
 
     async def _on_notice(self, notice: pb.RoleNotice) -> None:
@@ -309,10 +310,12 @@ class ControllerLink:
             await self._report(proposal)
 
     async def _report(self, proposal: frozenset[int]) -> None:
-        """Ask the controller for a new SyncStateSet; ALL_ACK sends wait for the union meanwhile."""
+        """Ask the controller for a new SyncStateSet; ALL_ACK sends wait for the union meanwhile,
+        and, when the answer is lost, until the controller's replica info settles it (apply)."""
         broker = self.broker
         async with self._reporting:
-            if broker.sync_state is None or broker.role is BrokerRole.SLAVE or time.monotonic() < self._report_after_s:
+            if broker.sync_state is None or broker.role is BrokerRole.SLAVE or time.monotonic() < self._report_after_s \
+                    or broker.sync_state.pending is not None:  # a lost answer, not settled yet
                 return
             broker.propose_sync_state_set(proposal)
             try:
@@ -320,8 +323,10 @@ class ControllerLink:
                     **self._names, master_id=broker.controller_id, master_epoch=broker.master_epoch,
                     sync_state_set=sorted(proposal), sync_state_set_epoch=broker.sync_state.epoch))
             except ClientError as error:
-                log.warning("reporting SyncStateSet %s failed: %s", sorted(proposal), error)
-                broker.drop_sync_state_proposal()
+                # The controller may have taken it: going back to the old set would let sends be
+                # acknowledged without a broker it may elect.
+                log.warning("reporting SyncStateSet %s got no answer (%s): sends wait for both sets until "
+                            "the controller says which it holds", sorted(proposal), error)
                 self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
                 return
             if reply.code == Code.SUCCESS:

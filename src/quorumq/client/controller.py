@@ -28,16 +28,16 @@ def controller_addresses(text: str) -> list[str]:
     return addresses
 
 
-def next_address(addresses: list[str], asked: str, hint: str, redirects: int) -> str:
+def next_address(addresses: list[str], asked: str, hint: str) -> str:
     """Whom to ask after the controller at `asked` did not lead, naming `hint` the leader ("" when
-    it named none or did not answer), the `redirects`-th such answer in a row. A controller names
-    the leader by the address it knows itself by, which this process may not reach that way (a
-    proxy, NAT, or a DNS name in controllerAddr): the configured address that is the hint, else
-    the configured address after `asked`, and the hint itself only once as many answers in a row
-    as there are configured addresses have sent us on."""
-    if hint in addresses:
-        return hint
-    if hint and redirects >= len(addresses):
+    it named none or did not answer; a controller that stepped down may name itself). A
+    controller names the leader by the address it knows itself by, which this process may not
+    reach that way (a proxy, NAT): the configured address that is the hint, else the configured
+    address after `asked`. A hint that is not configured is taken only when a single address is
+    (a DNS name in front of every controller): a list names every controller."""
+    if hint == asked:
+        hint = ""
+    if hint in addresses or hint and len(addresses) == 1:
         return hint
     following = addresses.index(asked) + 1 if asked in addresses else 0
     return addresses[following % len(addresses)]
@@ -47,18 +47,12 @@ class ControllerClient:
     def __init__(self, addresses: list[str], timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.addresses = list(addresses)
         self.leader = self.addresses[0]  # the best guess; corrected by the answers
-        self._redirects = 0  # answers in a row that sent this client on
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def redirect(self, asked: str, hint: str = "") -> None:
         """The controller at `asked` does not lead (it named `hint`) or did not answer."""
-        self._redirects += 1
-        self.leader = next_address(self.addresses, asked, hint, self._redirects)
-
-    def reached(self, address: str) -> None:
-        """The controller at `address` leads."""
-        self.leader, self._redirects = address, 0
+        self.leader = next_address(self.addresses, asked, hint)
 
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
@@ -116,7 +110,7 @@ class ControllerClient:
                 continue
             hint = named_leader(answer)
             if hint is None:
-                self.reached(address)
+                self.leader = address
                 return answer, ""
             error = f"controller {address} does not lead (leader: {hint or 'none'})"
             self.redirect(address, hint)
