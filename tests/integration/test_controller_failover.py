@@ -572,3 +572,16 @@ def test_twenty_master_faults_under_load_lose_no_acknowledged_send(group):
     lost = set(sender.acknowledged) - set(stored)
     assert not lost, f"{len(lost)} of {len(sender.acknowledged)} acknowledged sends lost ({sender.statuses})"
     assert len(sender.acknowledged) > 100
+
+
+def test_a_master_killed_before_its_first_message_rejoins_as_a_slave(tmp_path):
+    """Its log holds epoch 1 and no bytes, its successor's begins with epoch 2: the two share no
+    epoch, but an empty log agrees with any master (it used to wait for an operator forever)."""
+    with started_group(tmp_path, controllers=1) as fresh:
+        fresh.wait_in_sync()
+        master = fresh.master()
+        stop_process(master, signal.SIGKILL)
+        check_for(FAILOVER_S, 0.1, lambda: fresh.master() is not master, "a new master")
+        start_process(master)
+        fresh.wait_in_sync()
+        assert fresh.status(master)["brokerRole"] == "SLAVE"
