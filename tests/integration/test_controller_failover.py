@@ -392,6 +392,27 @@ def test_the_controller_leader_dies_and_the_other_serves_the_same_state(group):
     assert group.replica_info()["master_epoch"] == info["master_epoch"] + 1
 
 
+def test_a_frozen_controller_leader_is_left_and_the_other_elects(group):
+    """A controller leader that freezes (SIGSTOP: its sockets stay open, as with a machine that
+    hangs) loses ZooKeeper and the other leads. The brokers' heartbeat streams to the frozen one
+    never end by themselves: they used to hang there, the new leader heard no broker, and a
+    master that died then was never replaced. A broker moves its stream once a call finds
+    another controller leading."""
+    leader_address = group.admin_json("getControllerMetaData")["leader"]
+    leader = next(c for c in group.controllers if c["address"] == leader_address)
+    topic = group.new_topic()
+    os.kill(leader["pid"], signal.SIGSTOP)
+    try:
+        check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"]
+                  not in ("", leader_address), "another controller leads")
+        master = group.master()
+        stop_process(master, signal.SIGKILL)
+        check_for(FAILOVER_S, 0.05, lambda: group.send(topic, b"after-failover") == SEND_OK, "a send after failover")
+        assert group.master() is not master
+    finally:
+        os.kill(leader["pid"], signal.SIGCONT)
+
+
 def test_zookeeper_paused_keeps_the_data_path_and_changes_no_role(group):
     """Scenario 45: without ZooKeeper no controller leads, so no role changes, but the master
     keeps taking sends and the slaves keep replicating. The controllers say ZooKeeper is gone in

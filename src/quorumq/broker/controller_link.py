@@ -205,24 +205,42 @@ class ControllerLink:
             await asyncio.sleep(self.config["brokerHeartbeatInterval"] / 1000)
 
     async def _heartbeats(self) -> None:
-        """Hold one stream to the leader; a controller that does not lead names the leader."""
+        """Hold one stream to the leader; a controller that does not lead names the leader. A
+        stream is left once a call finds another controller leading: a controller that hangs
+        (a frozen process or machine) never ends its streams, and the new leader must hear us."""
         while True:
-            address, hint = self.client.leader, ""
-            try:
-                async for notice in self.client.stub(address).Heartbeats(self._heartbeat_source()):
-                    if notice.leader_address or not notice.ListFields():
-                        hint = notice.leader_address
-                        break
-                    try:
-                        await self._on_notice(notice)
-                    except Exception:  # a bug must not end the stream: the controller would fail us over
-                        log.exception("applying a role notice failed")
-            except grpc.aio.AioRpcError as exc:
-                log.info("heartbeat stream to %s ended: %s", address, exc.code().name)
+            address = self.client.leader
+            stream = asyncio.create_task(self._stream_to(address))
+            elsewhere = asyncio.create_task(self.client.answered_elsewhere(address))
+            await asyncio.wait({stream, elsewhere}, return_when=asyncio.FIRST_COMPLETED)
+            elsewhere.cancel()
+            if not stream.done():
+                log.warning("controller %s no longer leads: moving the heartbeat stream to %s", address,
+                            self.client.leader)
+                stream.cancel()
+                await asyncio.gather(stream, return_exceptions=True)
+                continue
+            hint = stream.result()
             if self.client.leader == address:  # else a call found the leader meanwhile
                 self.client.redirect(address, hint)
             if self.client.leader != hint:  # no leader named that this broker reaches: a pause first
                 await asyncio.sleep(RETRY_INTERVAL_S / 4)
+
+    async def _stream_to(self, address: str) -> str:
+        """Heartbeats to `address` and its role notices, until the stream ends; the leader it
+        names when it does not lead ("" if none)."""
+        try:
+            async for notice in self.client.stub(address).Heartbeats(self._heartbeat_source()):
+                if notice.leader_address or not notice.ListFields():
+                    return notice.leader_address
+                try:
+                    # Shielded: leaving the stream must not cut a role change in half.
+                    await asyncio.shield(self._on_notice(notice))
+                except Exception:  # a bug must not end the stream: the controller would fail us over
+                    log.exception("applying a role notice failed")
+        except grpc.aio.AioRpcError as exc:
+            log.info("heartbeat stream to %s ended: %s", address, exc.code().name)
+        return ""
 
     async def _on_notice(self, notice: pb.RoleNotice) -> None:
         if notice.HasField("replica_info"):

@@ -5,6 +5,8 @@ an unreachable one is skipped (see next_address for where the next attempt goes)
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import asyncio
+
 import grpc
 
 from quorumq import limits
@@ -49,10 +51,29 @@ class ControllerClient:
         self.leader = self.addresses[0]  # the best guess; corrected by the answers
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._answerer = ""  # the controller that last answered as the leader
+        self._answerer_changed = asyncio.Event()  # replaced by a set one at each change
 
     def redirect(self, asked: str, hint: str = "") -> None:
         """The controller at `asked` does not lead (it named `hint`) or did not answer."""
         self.leader = next_address(self.addresses, asked, hint)
+
+    def _reached(self, address: str) -> None:
+        """The controller at `address` answered as the leader."""
+        self.leader = address
+        if address != self._answerer:
+            self._answerer = address
+            changed, self._answerer_changed = self._answerer_changed, asyncio.Event()
+            changed.set()
+
+    async def answered_elsewhere(self, address: str) -> None:
+        """Return once, from now on, a controller other than `address` answers as the leader: a
+        stream to `address` is then stale however quiet it is (its controller may hang with its
+        sockets open)."""
+        while True:
+            await self._answerer_changed.wait()
+            if self._answerer != address:
+                return
 
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
@@ -110,7 +131,7 @@ class ControllerClient:
                 continue
             hint = named_leader(answer)
             if hint is None:
-                self.leader = address
+                self._reached(address)
                 return answer, ""
             error = f"controller {address} does not lead (leader: {hint or 'none'})"
             self.redirect(address, hint)
