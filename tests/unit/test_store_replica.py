@@ -151,3 +151,57 @@ def test_a_replica_can_begin_at_a_later_segment_and_keeps_it_across_a_restart(tm
     assert all(queue_bodies(replica, t, q) == expected[t, q] for t, q in expected)
     master.close()
     replica.close()
+
+
+def reopen(store):
+    store.close()
+    return open_store(store.root)
+
+
+@pytest.mark.parametrize("max_bytes", [1, 1 << 20])
+def test_a_replica_that_missed_a_deletion_takes_the_topic_created_again(tmp_path, max_bytes):
+    """The replica was away while the master took more of topic T, deleted it and created it
+    again: the new T's records name queue offsets from 0, below the replica's queue. The
+    replica used to refuse them, and its replication stopped for good; now its stale queue goes
+    and the new one matches the master's, after a reopen too (recovery must not take the old
+    records for the new topic's)."""
+    master = open_store(tmp_path / "master")
+    replica = open_store(tmp_path / "replica")
+    master.append([message(i) for i in range(5)])
+    copy_raw(master, replica, max_bytes)
+    master.append([message(i) for i in range(5, 8)] + [message(100, topic="U")])
+    master.delete_topic("T")
+    master.append([message(i) for i in range(200, 203)] + [message(101, topic="U")])
+    copy_raw(master, replica, max_bytes)
+    expected = queue_bodies(master, "T", 0)
+    assert [offset for offset, _ in expected] == [0, 1, 2]
+    assert queue_bodies(replica, "T", 0) == expected
+    assert queue_bodies(replica, "U", 0) == queue_bodies(master, "U", 0)
+    replica = reopen(replica)
+    assert replica.corrupt_offset is None
+    assert queue_bodies(replica, "T", 0) == expected
+    master.close()
+    replica.close()
+
+
+@pytest.mark.parametrize("max_bytes", [1, 1 << 20])
+def test_a_replica_that_deleted_a_topic_leaves_its_late_records_unindexed(tmp_path, max_bytes):
+    """`deleteTopic` reaches every replica, but this one had not copied all of T yet: the rest
+    arrives after its own deletion (it used to stop its replication for good), and T comes back
+    only as the master creates it again."""
+    master = open_store(tmp_path / "master")
+    replica = open_store(tmp_path / "replica")
+    master.append([message(i) for i in range(3)])
+    copy_raw(master, replica, max_bytes)
+    master.append([message(i) for i in range(3, 6)])
+    master.delete_topic("T")
+    replica.delete_topic("T")
+    copy_raw(master, replica, max_bytes)
+    assert replica.topics() == []
+    master.append([message(i) for i in range(300, 302)])
+    copy_raw(master, replica, max_bytes)
+    assert queue_bodies(replica, "T", 0) == queue_bodies(master, "T", 0) != []
+    replica = reopen(replica)
+    assert replica.corrupt_offset is None and queue_bodies(replica, "T", 0) == queue_bodies(master, "T", 0)
+    master.close()
+    replica.close()
