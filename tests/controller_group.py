@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import LocalCluster, check_for, cli, pid_alive, start_process
+from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
 
 SEND_OK = "SEND_OK"
@@ -109,6 +109,22 @@ class Group:
             check_for(SETTLE_S, 0.1, lambda: self.status(broker), f"{broker['address']} answers")
         check_for(SETTLE_S, 0.2, lambda: self.admin_json("getControllerMetaData")["leader"], "a leading controller")
         self.wait_in_sync()
+
+    def leave_only(self, survivor: dict) -> None:
+        """SIGKILL every broker but `survivor`, which the controller then elects: the slaves
+        first, each once the master has dropped it from the SyncStateSet, then the master. (A
+        slave killed a moment after the master can still be elected, and an election leaves the
+        new master alone in the SyncStateSet: the survivor would never be.)"""
+        master = self.master()
+        for slave in self.slaves():
+            if slave is not survivor:
+                slave_id = int(self.status(slave)["brokerId"])
+                stop_process(slave, signal.SIGKILL)
+                check_for(SETTLE_S, 0.1, lambda: slave_id not in self.replica_info()["sync_state_set"],
+                          "the killed slave out of the SyncStateSet")
+        if master is not survivor:
+            stop_process(master, signal.SIGKILL)
+        check_for(FAILOVER_S, 0.05, lambda: self.master() is survivor, "the survivor elected")
 
     def new_topic(self) -> str:
         topic = f"T{uuid.uuid4().hex[:10]}"

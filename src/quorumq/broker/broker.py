@@ -306,9 +306,12 @@ class Broker:
         self.epoch_file.save(self.epochs)
         return point
 
-    def adopt_sync_state_set(self, members: frozenset[int], epoch: int) -> None:
-        """A master's SyncStateSet as the controller confirmed it (a newer epoch only)."""
-        if self.sync_state is None or epoch <= self.sync_state.epoch and self.sync_state.pending is None:
+    def adopt_sync_state_set(self, members: frozenset[int], epoch: int, settles: bool = False) -> None:
+        """A master's SyncStateSet as the controller confirmed it: a newer epoch only, unless it
+        `settles` a proposal whose answer was lost (replica info asked for after the loss: the
+        same epoch then says the controller did not take it). Any other set of the same epoch
+        is older news: a notice held on the way, replica info read before the proposal."""
+        if self.sync_state is None or epoch < self.sync_state.epoch or epoch == self.sync_state.epoch and not settles:
             return
         self.sync_state = SyncStateSet(frozenset(members), epoch)
         self._complete_sync_state_change()

@@ -42,6 +42,7 @@ RETRY_INTERVAL_S = 1.0  # between attempts to reach a controller leader
 ALIGN_RETRY_INTERVAL_S = 0.1  # a new master that has not taken its epoch yet is asked again this soon
 HAND_OVER_POLL_S = 0.01  # how often a fenced master looks at its preferred broker's ack
 SYNC_STATE_POLL_S = 0.1  # how often a master looks for slaves that caught up
+LEADER_CHECK_TIMEOUT_S = 1.0  # a controller that does not answer this soon is taken as not leading
 
 
 class ControllerLink:
@@ -140,9 +141,7 @@ class ControllerLink:
             if await broker.become_master(info.master_epoch, frozenset(info.sync_state_set),
                                           info.sync_state_set_epoch):
                 self._caught_up_ms.clear()  # times from an earlier term say nothing about this one
-            elif info.master_epoch == broker.master_epoch and not self._reporting.locked():
-                # (while a report waits, replica info read before the controller took it would
-                # undo the proposal: the report's answer settles it)
+            elif info.master_epoch == broker.master_epoch:
                 broker.adopt_sync_state_set(frozenset(info.sync_state_set), info.sync_state_set_epoch)
         else:
             await broker.become_slave(info.master_epoch, info.master_id, info.master_address)
@@ -205,26 +204,48 @@ class ControllerLink:
             await asyncio.sleep(self.config["brokerHeartbeatInterval"] / 1000)
 
     async def _heartbeats(self) -> None:
-        """Hold one stream to the leader; a controller that does not lead names the leader. A
-        stream is left once a call finds another controller leading: a controller that hangs
-        (a frozen process or machine) never ends its streams, and the new leader must hear us."""
+        """Hold one stream to the leader; a controller that does not lead names the leader."""
         while True:
             address = self.client.leader
             stream = asyncio.create_task(self._stream_to(address))
-            elsewhere = asyncio.create_task(self.client.answered_elsewhere(address))
-            await asyncio.wait({stream, elsewhere}, return_when=asyncio.FIRST_COMPLETED)
-            elsewhere.cancel()
-            if not stream.done():
-                log.warning("controller %s no longer leads: moving the heartbeat stream to %s", address,
-                            self.client.leader)
-                stream.cancel()
+            try:
+                await self._hold(stream, address)
+            finally:
+                stream.cancel()  # nothing when it ended
                 await asyncio.gather(stream, return_exceptions=True)
+            if stream.cancelled():  # left for the leader a call found
                 continue
             hint = stream.result()
             if self.client.leader == address:  # else a call found the leader meanwhile
                 self.client.redirect(address, hint)
             if self.client.leader != hint:  # no leader named that this broker reaches: a pause first
                 await asyncio.sleep(RETRY_INTERVAL_S / 4)
+
+    async def _hold(self, stream: asyncio.Task, address: str) -> None:
+        """Until the stream ends, or a call finds another controller leading and the stream's no
+        longer answers as the leader: a controller that hangs (a frozen process or machine)
+        never ends its streams, while leaving a live leader's would have it fail this broker
+        over."""
+        while True:
+            since = self.client.answers
+            elsewhere = asyncio.create_task(self.client.answered_elsewhere(address, since))
+            try:
+                await asyncio.wait({stream, elsewhere}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                elsewhere.cancel()
+            if stream.done():
+                return
+            if not await self._leads(address):
+                log.warning("controller %s no longer leads: moving the heartbeat stream to %s", address,
+                            self.client.leader)
+                return
+
+    async def _leads(self, address: str) -> bool:
+        try:
+            meta = await self.client.stub(address).GetMetaData(pb.Empty(), timeout=LEADER_CHECK_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            return False
+        return meta.is_leader
 
     async def _stream_to(self, address: str) -> str:
         """Heartbeats to `address` and its role notices, until the stream ends; the leader it
@@ -233,14 +254,17 @@ class ControllerLink:
             async for notice in self.client.stub(address).Heartbeats(self._heartbeat_source()):
                 if notice.leader_address or not notice.ListFields():
                     return notice.leader_address
-                try:
-                    # Shielded: leaving the stream must not cut a role change in half.
-                    await asyncio.shield(self._on_notice(notice))
-                except Exception:  # a bug must not end the stream: the controller would fail us over
-                    log.exception("applying a role notice failed")
+                # Shielded: leaving the stream must not cut a role change in half.
+                await asyncio.shield(self._apply_notice(notice))
         except grpc.aio.AioRpcError as exc:
             log.info("heartbeat stream to %s ended: %s", address, exc.code().name)
         return ""
+
+    async def _apply_notice(self, notice: pb.RoleNotice) -> None:
+        try:
+            await self._on_notice(notice)
+        except Exception:  # a bug must not end the stream: the controller would fail us over
+            log.exception("applying a role notice failed")
 
     async def _on_notice(self, notice: pb.RoleNotice) -> None:
         if notice.HasField("replica_info"):
@@ -329,11 +353,10 @@ class ControllerLink:
 
     async def _report(self, proposal: frozenset[int]) -> None:
         """Ask the controller for a new SyncStateSet; ALL_ACK sends wait for the union meanwhile,
-        and, when the answer is lost, until the controller's replica info settles it (apply)."""
+        and, when the answer is lost, until replica info asked for afterwards settles it."""
         broker = self.broker
         async with self._reporting:
-            if broker.sync_state is None or broker.role is BrokerRole.SLAVE or time.monotonic() < self._report_after_s \
-                    or broker.sync_state.pending is not None:  # a lost answer, not settled yet
+            if broker.sync_state is None or broker.role is BrokerRole.SLAVE or time.monotonic() < self._report_after_s:
                 return
             broker.propose_sync_state_set(proposal)
             try:
@@ -345,6 +368,12 @@ class ControllerLink:
                 # acknowledged without a broker it may elect.
                 log.warning("reporting SyncStateSet %s got no answer (%s): sends wait for both sets until "
                             "the controller says which it holds", sorted(proposal), error)
+                info = await self._retry(self._replica_info)
+                if info.master_id == broker.controller_id and info.master_epoch == broker.master_epoch:
+                    broker.adopt_sync_state_set(frozenset(info.sync_state_set), info.sync_state_set_epoch,
+                                                settles=True)
+                else:
+                    await self.apply(info)
                 self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
                 return
             if reply.code == Code.SUCCESS:

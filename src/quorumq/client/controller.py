@@ -2,10 +2,9 @@
 it. A controller that is not the leader answers CONTROLLER_NOT_LEADER with the leader's address;
 an unreachable one is skipped (see next_address for where the next attempt goes)."""
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
-
-import asyncio
 
 import grpc
 
@@ -51,8 +50,9 @@ class ControllerClient:
         self.leader = self.addresses[0]  # the best guess; corrected by the answers
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._answerer = ""  # the controller that last answered as the leader
-        self._answerer_changed = asyncio.Event()  # replaced by a set one at each change
+        self.answers = 0  # answers from a leader so far
+        self._answerer = ""  # the controller that gave the last one
+        self._answered = asyncio.Event()  # replaced by a set one at each answer
 
     def redirect(self, asked: str, hint: str = "") -> None:
         """The controller at `asked` does not lead (it named `hint`) or did not answer."""
@@ -60,20 +60,16 @@ class ControllerClient:
 
     def _reached(self, address: str) -> None:
         """The controller at `address` answered as the leader."""
-        self.leader = address
-        if address != self._answerer:
-            self._answerer = address
-            changed, self._answerer_changed = self._answerer_changed, asyncio.Event()
-            changed.set()
+        self.leader = self._answerer = address
+        self.answers += 1
+        answered, self._answered = self._answered, asyncio.Event()
+        answered.set()
 
-    async def answered_elsewhere(self, address: str) -> None:
-        """Return once, from now on, a controller other than `address` answers as the leader: a
-        stream to `address` is then stale however quiet it is (its controller may hang with its
-        sockets open)."""
-        while True:
-            await self._answerer_changed.wait()
-            if self._answerer != address:
-                return
+    async def answered_elsewhere(self, address: str, since: int) -> None:
+        """Return once the last of the answers after the `since`-th came from a controller other
+        than `address`."""
+        while not (self.answers > since and self._answerer != address):
+            await self._answered.wait()
 
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
