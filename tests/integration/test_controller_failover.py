@@ -163,32 +163,6 @@ def test_an_acknowledged_topic_update_survives_the_masters_sigkill(group):
     assert topic in topics and topics[topic].write_queue_nums == 2
 
 
-def test_a_slave_away_while_a_topic_was_deleted_and_created_again_takes_the_new_one(group):
-    """`deleteTopic` while a slave is stopped deletes on the others and says it failed; the topic
-    is created again and written. The slave's queue offsets for the old topic are above the new
-    records': its replication used to stop at the first one for good. Now it drops its stale
-    queue, rejoins, and once elected serves the new topic's messages only."""
-    topic = group.new_topic()
-    for index in range(5):
-        assert group.send(topic, f"old-{index}".encode()) == SEND_OK
-    master = group.master()
-    away, other = group.slaves()
-    os.kill(away["pid"], signal.SIGSTOP)
-    try:
-        with pytest.raises(ClientError):
-            group.admin.delete_topic(topic)  # the stopped slave does not answer
-        for broker in (master, other):
-            group.admin.update_topic(broker["address"], topic, read_queue_nums=1, write_queue_nums=1)
-        for index in range(3):
-            assert group.send(topic, f"new-{index}".encode()) == SEND_OK
-    finally:
-        os.kill(away["pid"], signal.SIGCONT)
-    group.wait_in_sync()
-    group.leave_only(away)
-    assert check_for(SETTLE_S, 0.2, lambda: group.bodies(topic), "the topic on the elected slave") == \
-        [b"new-0", b"new-1", b"new-2"]
-
-
 def test_a_deposed_master_truncates_what_only_it_held(group):
     """Scenario 21: sends the slaves never got (FLUSH_SLAVE_TIMEOUT: the slaves were stopped, and
     more was written than the sockets between them can hold) are cut from the old master when it

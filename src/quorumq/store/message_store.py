@@ -114,15 +114,6 @@ class _Batch:
             queue.discard_staged(forget_start=True)
 
 
-class _StaleQueue(Exception):
-    """A master's record names a queue offset below where this replica's queue is: the master
-    deleted the topic and created it again, and this replica missed the deletion."""
-
-    def __init__(self, position: int, topic: str, queue_id: int) -> None:
-        super().__init__(f"{topic}/{queue_id} at position {position}")
-        self.position, self.topic, self.queue_id = position, topic, queue_id
-
-
 def _record_bytes(data: memoryview, position: int) -> bytes:
     """A checked record's bytes as they lie in the commit log (its size is its first field)."""
     size, _ = codec.BLANK_HEADER.unpack_from(data, position)
@@ -638,42 +629,21 @@ class MessageStore:
                                        f"not a whole valid record ({frame.name})")
                 position += size
             self._write_runs(view, batch.runs, len(data))
-        except BaseException as exc:
+        except BaseException:
             batch.discard()
             if begins:
                 self._write_offset = self._dispatched_offset = self._flushed_offset = 0
-            if isinstance(exc, _StaleQueue):
-                return self._replace_stale_queue(offset, data, exc)
             raise
         if begins:
             log.warning("the commit log begins at %d: older records stay on the master only", offset)
         batch.log_offset = offset + len(data)
         return self._publish(batch).end_offset
 
-    def _replace_stale_queue(self, offset: int, data: bytes, stale: _StaleQueue) -> int:
-        """The records before the one that found the queue stale go in as they are; then the
-        queue is dropped, with a checkpoint past every record it indexed (recovery would take
-        them for the new topic's), and the rest goes in, the new topic's queue starting afresh."""
-        end = self.append_raw(offset, data[:stale.position]) if stale.position else offset
-        log.warning("%s/%d was deleted and created again on the master: this replica's copy of the "
-                    "queue is dropped", stale.topic, stale.queue_id)
-        queues = self._queues[stale.topic]
-        queues.pop(stale.queue_id).delete()
-        if not queues:
-            del self._queues[stale.topic]
-        self.checkpoint()
-        return self.append_raw(end, data[stale.position:])
-
     def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> None:
         fields = codec.dispatch_fields(view, position)
-        queue = self._queue(fields.topic, fields.queue_id)
-        if queue is None and fields.queue_offset > 0 and self.min_offset == 0:
-            return  # a record of a topic this replica deleted: not indexed, as recovery does (_Redispatcher)
-        queue = queue or self._new_queue(fields.topic, fields.queue_id)
+        queue = self._queue_for_append(fields.topic, fields.queue_id)
         if queue.next_offset == 0 and self.min_offset > 0:  # a log that began past its start
             queue.begin_at(fields.queue_offset)
-        if fields.queue_offset < queue.next_offset:
-            raise _StaleQueue(position, fields.topic, fields.queue_id)
         if fields.queue_offset != queue.next_offset:
             raise QuorumqError(Error.BAD_REQUEST, f"record at {log_offset} has queue offset "
                                f"{fields.queue_offset}, but {fields.topic}/{fields.queue_id} expects "
