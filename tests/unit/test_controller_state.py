@@ -418,6 +418,7 @@ def test_scenario_48_clean_broker_data():
     reply, events, after = run(broker_set, cs.CleanBrokerData("C", "b", frozenset({2})), alive(1))
     assert reply.code is Code.SUCCESS and events == (cs.BrokerDataCleaned(frozenset({2})),)
     assert (set(after.brokers), after.sync_state_set, after.master_id) == ({1}, {1}, 1)
+    assert after.sync_state_set_epoch == broker_set.sync_state_set_epoch + 1, "the master takes only a newer set"
     assert run(None, cs.CleanBrokerData("C", "b"))[0].code is invalid
 
 
@@ -432,7 +433,7 @@ def test_cleaning_the_whole_set_needs_no_master_and_no_live_broker():
 def test_cleaning_the_masters_id_records_no_master_and_the_last_id_removes_the_set():
     broker_set = in_sync(1, 1, 2)
     reply, _, after = run(broker_set, cs.CleanBrokerData("C", "b", frozenset({1})), alive(2))
-    assert state(reply) == (Code.SUCCESS, None, 2, {2}, 2) and set(after.brokers) == {2}
+    assert state(reply) == (Code.SUCCESS, None, 2, {2}, 3) and set(after.brokers) == {2}  # both epochs move
     reply, _, gone = run(after, cs.CleanBrokerData("C", "b", frozenset({2})))
     assert reply.code is Code.SUCCESS and gone is None
 

@@ -311,6 +311,9 @@ class ControllerLink:
         """One round; the role may change while a report waits for the controller."""
         if not self._is_master():
             return
+        if self.broker.sync_state.pending is not None:  # a proposal whose answer was lost
+            await self._settle()
+            return
         self._note_caught_up(now_ms)
         await self._expand()
         if shrink and self._is_master():
@@ -368,14 +371,8 @@ class ControllerLink:
                 # acknowledged without a broker it may elect.
                 log.warning("reporting SyncStateSet %s got no answer (%s): sends wait for both sets until "
                             "the controller says which it holds", sorted(proposal), error)
-                info = await self._retry(self._replica_info)
-                if info.master_id == broker.controller_id and info.master_epoch == broker.master_epoch:
-                    broker.adopt_sync_state_set(frozenset(info.sync_state_set), info.sync_state_set_epoch,
-                                                settles=True)
-                else:
-                    await self.apply(info)
                 self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
-                return
+                return  # the proposal stays pending: the next round settles it
             if reply.code == Code.SUCCESS:
                 log.info("SyncStateSet %s (epoch %d)", sorted(reply.sync_state_set), reply.sync_state_set_epoch)
                 broker.adopt_sync_state_set(frozenset(reply.sync_state_set), reply.sync_state_set_epoch)
@@ -384,6 +381,17 @@ class ControllerLink:
                             reply.message)
                 broker.drop_sync_state_proposal()
                 self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
+
+    async def _settle(self) -> None:
+        """Ask which set the controller holds, after a proposal's answer was lost (until it
+        answers); a set of this master's epoch settles the proposal, taken or not."""
+        broker = self.broker
+        async with self._reporting:
+            info = await self._retry(self._replica_info)
+            if info.master_id == broker.controller_id and info.master_epoch == broker.master_epoch:
+                broker.adopt_sync_state_set(frozenset(info.sync_state_set), info.sync_state_set_epoch, settles=True)
+            else:
+                await self.apply(info)
 
     # The hand-over to a preferred master.
 

@@ -49,7 +49,9 @@ Decisions on RocketMQ's quirks, KEEP or FIX:
     set is refused while a master is recorded (KEEP) and while any of its brokers is alive
     (RocketMQ looks only at the master record). Removing the master's id records "not elected"
     (master epoch + 1) instead of keeping a master id that no longer exists. The set is gone when
-    its last id goes; RocketMQ drops it when its SyncStateSet empties, ids left or not.
+    its last id goes; RocketMQ drops it when its SyncStateSet empties, ids left or not. Removing
+    a member moves the SyncStateSet's epoch, so its master takes the new set (to a master, a set
+    of the epoch it holds is older news).
 11. FIX. Malformed requests answer CONTROLLER_INVALID_REQUEST and change nothing: a controller
     trigger that names a broker, a broker or admin trigger that names none, texts longer than
     TEXT_LENGTH_MAX.
@@ -466,10 +468,11 @@ def _apply_clean(broker_set: BrokerSet, event: BrokerDataCleaned) -> BrokerSet |
     if not brokers:
         return None
     members = broker_set.sync_state_set - event.broker_ids
+    set_epoch = broker_set.sync_state_set_epoch + (members != broker_set.sync_state_set)
     if broker_set.master_id in event.broker_ids:  # decision 10: the master is gone, as "not elected"
-        return replace(broker_set, brokers=brokers, sync_state_set=members, master_id=None,
-                       master_epoch=broker_set.master_epoch + 1)
-    return replace(broker_set, brokers=brokers, sync_state_set=members)
+        return replace(broker_set, brokers=brokers, sync_state_set=members, sync_state_set_epoch=set_epoch,
+                       master_id=None, master_epoch=broker_set.master_epoch + 1)
+    return replace(broker_set, brokers=brokers, sync_state_set=members, sync_state_set_epoch=set_epoch)
 
 
 _APPLIERS: dict[type, Callable] = {
