@@ -240,7 +240,7 @@ class Broker:
         a failover never cuts a message a consumer has read; elsewhere no bound (None). A master
         counts its members' acks, a slave takes its master's word (each frame's confirm offset);
         while a member's copy is unknown the bound stays where it was."""
-        if not (self.controller_mode and self.config["allAckInSyncStateSet"]):
+        if not self._all_ack_in_sync_state_set:
             return None
         held = None
         if self.replication is not None:
@@ -413,7 +413,7 @@ class Broker:
         in controller mode with allAckInSyncStateSet the answer also waits until every member of
         the SyncStateSet has applied it (slaves long-poll for it), so no failover takes an
         acknowledged commit back. Otherwise slaves copy it on their next poll."""
-        if self._metadata_waits_for_sync_state_set and self.sync_state is None:
+        if self._all_ack_in_sync_state_set and self.sync_state is None:
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is not the master: commit to the master")
         self.consumers.commit(group, topic, queue_id, offset)
         if self.config["flushDiskType"] == "SYNC_FLUSH":
@@ -427,14 +427,16 @@ class Broker:
         return self.metadata_version
 
     @property
-    def _metadata_waits_for_sync_state_set(self) -> bool:
+    def _all_ack_in_sync_state_set(self) -> bool:
+        """The durable controller mode: sends, reads' end, commits and topic updates all go by
+        what every SyncStateSet member holds."""
         return self.controller_mode and self.config["allAckInSyncStateSet"]
 
     def metadata_joined(self, slave_id: int) -> bool:
         """Whether a slave that caught up on the log may join the SyncStateSet as far as
         metadata goes: it holds every change answered without it. Asking begins its join, from
         which on changes wait for it too (core/sync_state.py decision 5)."""
-        if not self._metadata_waits_for_sync_state_set:
+        if not self._all_ack_in_sync_state_set:
             return True
         join, ready = join_metadata(self._metadata_joins.get(slave_id), self._metadata_applied.get(slave_id, 0),
                                     self.metadata_version, asyncio.get_running_loop().time(), self._join_window_s)
@@ -451,7 +453,7 @@ class Broker:
         """In controller mode with allAckInSyncStateSet, wait until every other SyncStateSet
         member, and every slave joining it, has applied metadata `version`
         (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout)."""
-        if not self._metadata_waits_for_sync_state_set:
+        if not self._all_ack_in_sync_state_set:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config["slaveTimeout"] / 1000
@@ -462,8 +464,8 @@ class Broker:
             now = loop.time()
             joining = {slave: join.until_s for slave, join in self._metadata_joins.items()
                        if waits_for_join(join, version, now)}
-            behind = sorted(member for member in (self.sync_state.quorum_members | joining.keys()) - {self.controller_id}
-                            if self._metadata_applied.get(member, 0) < version)
+            waited = (self.sync_state.quorum_members | joining.keys()) - {self.controller_id}
+            behind = sorted(member for member in waited if self._metadata_applied.get(member, 0) < version)
             if not behind:
                 return
             wake = min([deadline, *joining.values()])  # a join that lapses no longer holds the change
