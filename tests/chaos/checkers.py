@@ -125,16 +125,19 @@ def _out_of_sequence(read: dict[str, list[tuple[int, str]]]) -> list[tuple[str, 
     return found
 
 
-def pipeline(records: list[dict], standby: dict[str, list[tuple[int, str]]]) -> Result:
-    """W5 under F14: every send the group acknowledged is in the standby exactly once (the
-    replicator runs with --dedupe), nothing it holds was never sent, and each of its queues
-    holds a producer's values in sequence order."""
+def pipeline(records: list[dict], source: dict[str, list[tuple[int, str]]],
+             standby: dict[str, list[tuple[int, str]]]) -> Result:
+    """W5 under F14: the standby holds each message of the source exactly once (the replicator runs
+    with --dedupe), so a value as many times as the source holds it (a resent value may be there
+    twice) and an acknowledged one at least once; nothing it holds was never sent, and each of
+    its queues holds a producer's values in sequence order."""
     attempted = {r["value"] for r in records if r["f"] == "send" and r["type"] == "invoke"}
     acked = {r["value"] for r in _completions(records, "send", "ok")}
-    places = _stored(standby)
-    missing = acked - set(places)
-    twice = {value for value, found in places.items() if len(found) > 1}
-    never_sent = set(places) - attempted
+    on_source, on_standby = _stored(source), _stored(standby)
+    copies = {value: len(on_source.get(value, ())) or 1 for value in acked | set(on_source)}
+    missing = {value for value, count in copies.items() if len(on_standby.get(value, ())) < count}
+    twice = {value for value, places in on_standby.items() if len(places) > copies.get(value, 1)}
+    never_sent = set(on_standby) - attempted
     disorder = _out_of_sequence(standby)
     return Result("W5 standby", {"acked": len(acked), "missing": len(missing), "twice": len(twice),
                                  "never sent": len(never_sent), "out of order": len(disorder)},

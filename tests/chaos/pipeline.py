@@ -24,7 +24,7 @@ from quorumq.client import AdminClient, Blocking, ClientError, PullConsumer
 from workload import Workload
 
 STANDBY = "Standby"
-DRAIN_S = 180.0  # how long the standby may take to hold every acknowledged send after the heal
+DRAIN_S = 180.0  # how long the standby may take to hold every message of the source after the heal
 TRIGGER_S = 0.5
 CHECKPOINT_S = 2.0  # how often the checkpoint job translates the group's offsets
 WATCH_S = 1.0
@@ -36,6 +36,7 @@ class Pipeline:
     def __init__(self, directory: Path, source_access_point: str, topic: str, queues: int, group: str,
                  history: History) -> None:
         self.directory, self.topic, self.queues, self.group, self.history = directory, topic, queues, group, history
+        self.source_access_point = source_access_point
         self.standby = LocalCluster(directory / "standby", cluster=STANDBY)
         self.args = ["--source", source_access_point, "--topics", topic, "--checkpoint", str(directory / "checkpoint"),
                      "--starting", "earliest", "--spark-master", "local[1]", "--dedupe",
@@ -80,16 +81,19 @@ class Pipeline:
             return f"{kind} {target}", heal
         return kind, paused(self.standby_broker)
 
-    def drain(self, acked: int) -> float:
-        """Wait until the standby's queues hold at least `acked` messages; the seconds it took."""
+    def drain(self) -> float:
+        """Wait until the standby's queues hold as many messages as the source's (whose producers
+        have stopped); the seconds it took."""
         started = time.monotonic()
+        with Blocking(PullConsumer, self.source_access_point, "chaos-drain") as consumer:
+            messages = sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues))
 
         def held() -> bool:
             self.keep_driver()
             with Blocking(PullConsumer, self.info["access_point"], "chaos-drain") as consumer:
-                return sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues)) >= acked
+                return sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues)) >= messages
 
-        check_for(DRAIN_S, 1.0, held, "the standby holding every acknowledged send")
+        check_for(DRAIN_S, 1.0, held, "the standby holding every message of the source")
         return round(time.monotonic() - started, 3)
 
     def close(self) -> None:

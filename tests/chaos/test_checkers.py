@@ -219,9 +219,20 @@ def test_availability_figures():
 
 def test_the_standby_holds_every_acknowledged_send_once_and_in_order():
     records = CLEAN + history(unknown("p2", "p2-0"))
-    assert pipeline(records, {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0"), (1, "p2-0")]}).ok
-    result = pipeline(records, {Q0: [(0, "p0-1"), (1, "p0-0"), (2, "p0-1")], Q1: [(0, "ghost-0")]})
-    assert result.counts == {"acked": 3, "missing": 1, "twice": 1, "never sent": 1, "out of order": 1}
+    source = {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0"), (1, "p2-0")]}
+    assert pipeline(records, source, source).ok
+    result = pipeline(records, source, {Q0: [(0, "p0-1"), (1, "p0-0"), (2, "p0-1")], Q1: [(0, "ghost-0")]})
+    assert result.counts == {"acked": 3, "missing": 2, "twice": 1, "never sent": 1, "out of order": 1}
+
+
+def test_the_standby_holds_a_resent_value_as_many_times_as_the_source():
+    records = CLEAN + history(("p0", "p0-1", "info", None, None, None))  # sent again after no answer
+    source = {Q0: [(0, "p0-0"), (1, "p0-1"), (2, "p0-1")], Q1: [(0, "p1-0")]}
+    assert pipeline(records, source, source).ok
+    once = pipeline(records, source, {Q0: [(0, "p0-0"), (1, "p0-1")], Q1: [(0, "p1-0")]})
+    assert once.counts["missing"] == 1 and once.examples == ["p0-1"]  # one of the source's messages is not there
+    thrice = pipeline(records, source, {Q0: [(0, "p0-0"), (1, "p0-1"), (2, "p0-1"), (3, "p0-1")], Q1: [(0, "p1-0")]})
+    assert thrice.counts["twice"] == 1
 
 
 SOURCE = {Q0: [(0, "p0-0"), (1, "p0-1"), (2, "p0-2")]}
