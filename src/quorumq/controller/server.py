@@ -154,31 +154,42 @@ class Controller(pb_grpc.ControllerServicer):
     # Deciding and writing.
 
     async def _transact(self, broker_name: str, request) -> tuple[pb.ControllerReply, tuple]:
-        """Decide `request` on the stored broker set and write the outcome; returns the reply and
-        the events that were written."""
+        """Decide `request` on the stored broker set and write the outcome, one request of a set
+        at a time; returns the reply and the events that were written. A caller that gives up
+        (its deadline passed) while its turn has not come decides nothing; once its decision has
+        begun, the decision finishes without it: a write it began may still land, so the set's
+        lock is held until the write is known, and its notices still go out."""
         lock = self._locks.setdefault(broker_name, asyncio.Lock())
-        async with lock:
-            for _ in range(TRANSACTION_ATTEMPTS_MAX):
-                if not self.is_leader:
+        await lock.acquire()
+        decision = asyncio.ensure_future(self._decide(broker_name, request))
+        decision.add_done_callback(lambda _: lock.release())
+        try:
+            return await asyncio.shield(decision)
+        except asyncio.CancelledError:
+            decision.add_done_callback(_report_abandoned)
+            raise
+
+    async def _decide(self, broker_name: str, request) -> tuple[pb.ControllerReply, tuple]:
+        for _ in range(TRANSACTION_ATTEMPTS_MAX):
+            if not self.is_leader:
+                return not_leader(self.leader_address), ()
+            broker_set, version = await asyncio.to_thread(self.metadata.read, broker_name)
+            reply, events = cs.decide(broker_set, self.live.get(broker_name, {}), request, now_ms(), self.settings())
+            after = cs.fold(broker_set, events)
+            if events:
+                try:
+                    written = await asyncio.to_thread(self.metadata.commit, broker_name, version, after)
+                except NotLeader as exc:
+                    self._step_down(str(exc))
                     return not_leader(self.leader_address), ()
-                broker_set, version = await asyncio.to_thread(self.metadata.read, broker_name)
-                reply, events = cs.decide(broker_set, self.live.get(broker_name, {}), request, now_ms(),
-                                          self.settings())
-                after = cs.fold(broker_set, events)
-                if events:
-                    try:
-                        written = await asyncio.to_thread(self.metadata.commit, broker_name, version, after)
-                    except NotLeader as exc:
-                        self._step_down(str(exc))
-                        return not_leader(self.leader_address), ()
-                    if not written:
-                        continue  # another decision landed first: decide again on it
-                    log.info("%s: %s -> %s", broker_name, type(request).__name__,
-                             ", ".join(type(event).__name__ for event in events))
-                message = reply_message(reply, after, self.ha_addresses.get(broker_name, {}))
-                if any(isinstance(event, (cs.MasterElected, cs.SyncStateSetAltered)) for event in events):
-                    self._notify(broker_name, message)
-                return message, events
+                if not written:
+                    continue  # another decision landed first: decide again on it
+                log.info("%s: %s -> %s", broker_name, type(request).__name__,
+                         ", ".join(type(event).__name__ for event in events))
+            message = reply_message(reply, after, self.ha_addresses.get(broker_name, {}))
+            if any(isinstance(event, (cs.MasterElected, cs.SyncStateSetAltered)) for event in events):
+                self._notify(broker_name, message)
+            return message, events
         return pb.ControllerReply(code=int(cs.Code.CONTROLLER_INVALID_REQUEST), master_id=-1,
                                   message=f"{broker_name}: concurrent changes, try again"), ()
 
@@ -373,6 +384,13 @@ class Controller(pb_grpc.ControllerServicer):
         brokers[heartbeat.broker_id] = cs.on_heartbeat(brokers.get(heartbeat.broker_id), report)
         self.ha_addresses.setdefault(heartbeat.broker_name, {})[heartbeat.broker_id] = heartbeat.ha_address
         self.clusters[heartbeat.broker_name] = heartbeat.cluster
+
+
+def _report_abandoned(decision: asyncio.Future) -> None:
+    """A decision whose caller left: its outcome reaches the brokers through notices and later
+    reads, its failure only the log."""
+    if not decision.cancelled() and decision.exception() is not None:
+        log.warning("a decision whose caller left failed: %r", decision.exception())
 
 
 def _offer(queue: asyncio.Queue, notice: pb.RoleNotice | None) -> None:
