@@ -330,6 +330,21 @@ def test_a_damaged_consume_queue_entry_is_written_again_from_the_log(tmp_path):
     store.close()
 
 
+def test_a_damaged_tag_hash_in_an_entry_is_written_again_not_taken_for_its_records_damage(tmp_path):
+    """F10 seed 1385344032 (weak settings): a bit flipped in an entry's tag hash was taken for
+    damage to the record the entry points at; the slave cut its log there, kept the queue's
+    entries past the cut, and refused every record the master sent it from then on."""
+    store, expected = filled_and_closed(tmp_path, seed=21)
+    victim = [m for m in expected if (m.topic, m.queue_id) == ("B", 1)][4]
+    path = first_queue_file(store.root, "B", 1)
+    position = victim.queue_offset * ENTRY_SIZE + ENTRY_SIZE - 2  # a low byte of its tag hash
+    damage(path, position, bytes([0x04 ^ path.read_bytes()[position]]))
+    report = store.open()
+    assert report.entries_repaired == 1 and report.corrupt_offset is None
+    assert_holds_exactly(store, expected)
+    store.close()
+
+
 def test_a_topic_made_again_after_deletion_is_not_taken_for_damage(tmp_path):
     store = open_store(tmp_path / "s")
     fill(store, seed=15, batches=10)

@@ -1024,8 +1024,10 @@ class _Redispatcher:
         found = self._entry(queue, (fields.topic, fields.queue_id), fields.queue_offset)
         if found == entry:
             return
-        if self._points_at_its_record(found, fields.topic, fields.queue_id, fields.queue_offset):
+        if found[0] != offset and self._points_at_its_record(found, fields.topic, fields.queue_id,
+                                                             fields.queue_offset):
             # Another record of this life of the queue holds that offset: this one's is damaged.
+            # (An entry that points at this record but differs is damaged itself: its tag hash.)
             log.error("commit log: the record at %d claims queue offset %d of %s/%d, which the record at %d "
                       "holds; the store refuses reads at or past it", offset, fields.queue_offset,
                       fields.topic, fields.queue_id, found[0])
