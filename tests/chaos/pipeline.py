@@ -85,16 +85,19 @@ class Pipeline:
         """Wait until the standby's queues hold as many messages as the source's (whose producers
         have stopped); the seconds it took."""
         started = time.monotonic()
-        with Blocking(PullConsumer, self.source_access_point, "chaos-drain") as consumer:
-            messages = sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues))
+        messages = self._messages(self.source_access_point)
 
         def held() -> bool:
             self.keep_driver()
-            with Blocking(PullConsumer, self.info["access_point"], "chaos-drain") as consumer:
-                return sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues)) >= messages
+            return self._messages(self.info["access_point"]) >= messages
 
         check_for(DRAIN_S, 1.0, held, "the standby holding every message of the source")
         return round(time.monotonic() - started, 3)
+
+    def _messages(self, access_point: str) -> int:
+        """How many messages the topic's queues hold on the cluster at `access_point`."""
+        with Blocking(PullConsumer, access_point, "chaos-drain") as consumer:
+            return sum(consumer.query_offset(self.topic, q, "END") for q in range(self.queues))
 
     def close(self) -> None:
         """Stop the driver (SIGTERM, then its whole process group) and the standby; then raise
