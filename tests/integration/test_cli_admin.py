@@ -1,11 +1,13 @@
 """`quorumq admin` commands against a real cluster: text and --json output, exit codes, errors."""
 
 import json
+import os
+import signal
 import uuid
 
 import pytest
 
-from harness import check_for, cli, free_base_port
+from harness import check_for, cli, free_base_port, pid_alive
 from quorumq.client import Blocking, Message, Producer, PullConsumer
 
 
@@ -119,3 +121,24 @@ def test_delete_topic(shared_cluster):
     deleted = admin(shared_cluster, "deleteTopic", "-t", topic)
     assert deleted.returncode == 0, deleted.stderr
     check_for(10, 0.2, lambda: topic not in admin_json(shared_cluster, "topicList"), "topic gone from the list")
+
+
+def test_a_change_for_every_broker_waits_for_each_answer_and_says_which_applied(start_cluster):
+    """With a slave SIGKILLed, its refusal must not end the command before the master's call: the
+    master applies the change, and the command names each broker's outcome and exits non-zero."""
+    cluster = start_cluster(replicas=2)
+    master, slave = sorted((p for p in cluster["processes"] if p["kind"] == "broker"),
+                           key=lambda p: p["broker_id"])
+    os.kill(slave["pid"], signal.SIGKILL)
+    check_for(10, 0.05, lambda: not pid_alive(slave["pid"]), "the slave gone")
+    changed = admin(cluster, "updateBrokerConfig", "-k", "enableAutoInSyncReplicas", "-v", "true")
+    assert changed.returncode == 1
+    assert f"updateBrokerConfig applied on {master['address']}" in changed.stdout.splitlines()
+    assert any(line.startswith(f"updateBrokerConfig FAILED on {slave['address']}: ")
+               for line in changed.stdout.splitlines()), changed.stdout
+    assert admin_json(cluster, "getBrokerConfig", "-b", master["address"])["enableAutoInSyncReplicas"] == "true"
+
+    topic = new_topic()
+    created = admin(cluster, "updateTopic", "-t", topic, "-b", slave["address"], "--json")
+    assert created.returncode == 1
+    assert json.loads(created.stdout)["brokers"][slave["address"]].startswith("UNAVAILABLE")

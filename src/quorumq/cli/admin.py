@@ -17,6 +17,7 @@ import grpc
 
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
 from quorumq.client.controller import ControllerClient, controller_addresses
+from quorumq.client.errors import FanOutError
 from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.controller_state import Code
@@ -81,8 +82,7 @@ GROUP = arg("-g", "--group", required=True)
          arg("-p", "--perm", type=int, default=6, help="4 read, 2 write, 6 read and write"))
 async def update_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
     addresses = await target_brokers(admin, args)
-    await asyncio.gather(*(admin.update_topic(a, args.topic, args.read_queue_nums, args.write_queue_nums,
-                                              args.perm) for a in addresses))
+    await admin.update_topic_on(addresses, args.topic, args.read_queue_nums, args.write_queue_nums, args.perm)
     data = {"topic": args.topic, "read_queue_nums": args.read_queue_nums,
             "write_queue_nums": args.write_queue_nums, "perm": args.perm, "brokers": addresses}
     return Output(data, "\n".join(
@@ -325,6 +325,16 @@ async def reset_offset_by_time(args: argparse.Namespace, admin: AdminClient) -> 
                   table(["broker", "queue", "new offset"], [list(r.values()) for r in rows]))
 
 
+def fan_out_report(args: argparse.Namespace, error: FanOutError) -> str:
+    """Per broker, whether a change sent to several of them applied."""
+    if args.json:
+        return json.dumps({"brokers": {address: "applied" if failure is None else str(failure)
+                                       for address, failure in error.outcomes.items()}}, indent=2)
+    return "\n".join(f"{args.admin_command} applied on {address}" if failure is None
+                     else f"{args.admin_command} FAILED on {address}: {failure}"
+                     for address, failure in error.outcomes.items())
+
+
 async def execute(args: argparse.Namespace) -> int:
     try:
         if hasattr(args, "controller"):
@@ -336,6 +346,10 @@ async def execute(args: argparse.Namespace) -> int:
         else:
             async with AdminClient(args.namesrv) as admin:
                 output = await args.handler(args, admin)
+    except FanOutError as error:
+        print(fan_out_report(args, error))
+        print(f"quorumq admin {args.admin_command}: {error}", file=sys.stderr)
+        return 1
     except ClientError as error:
         print(f"quorumq admin {args.admin_command}: {error}", file=sys.stderr)
         return 1

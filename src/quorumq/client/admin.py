@@ -2,13 +2,14 @@
 
 The name server answers NameServer; every broker answers BrokerAdmin on its v5 address. Operations
 that span a cluster (delete a topic, change a config everywhere) ask the name server which brokers
-exist and then call each of them.
+exist and then call each of them, waiting for every answer: when any broker fails, FanOutError says
+which applied the change and which did not.
 """
 
 import asyncio
 from typing import Any
 
-from quorumq.client.errors import ClientError
+from quorumq.client.errors import ClientError, FanOutError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, call
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
@@ -64,6 +65,13 @@ class AdminClient:
                                 write_queue_nums=write_queue_nums, perm=perm)
         await self._call(self._broker(address).UpdateTopic, config)
 
+    async def update_topic_on(self, addresses: list[str], topic: str, read_queue_nums: int = 8,
+                              write_queue_nums: int = 8, perm: int = 6) -> None:
+        """Create or change a topic on each of the brokers."""
+        config = pb.TopicConfig(name=topic, read_queue_nums=read_queue_nums,
+                                write_queue_nums=write_queue_nums, perm=perm)
+        await self._on_each(addresses, "UpdateTopic", config)
+
     async def broker_config(self, address: str) -> dict[str, str]:
         return dict((await self._call(self._broker(address).GetBrokerConfig, pb.Empty())).entries)
 
@@ -80,17 +88,18 @@ class AdminClient:
                                    cluster: str | None = None) -> list[str]:
         """Change a key on one broker, or on every broker (of the cluster); the addresses changed."""
         addresses = [address] if address else [b.address for b in await self.brokers(cluster)]
-        update = pb.ConfigUpdate(key=key, value=value)
-        await asyncio.gather(*(self._call(self._broker(a).UpdateBrokerConfig, update) for a in addresses))
+        await self._on_each(addresses, "UpdateBrokerConfig", pb.ConfigUpdate(key=key, value=value))
         return addresses
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[str]:
-        """Delete a topic on every broker, slaves included (of the cluster), then its route; the
-        brokers' addresses."""
+        """Delete a topic on every broker, slaves included (of the cluster), then its route (also when
+        a broker failed: one that still holds the topic registers it again); the brokers' addresses."""
         addresses = [b.address for b in await self.brokers(cluster)]
         request = pb.TopicRequest(topic=topic)
-        await asyncio.gather(*(self._call(self._broker(a).DeleteTopic, request) for a in addresses))
-        await self._call(self._namesrv().DeleteTopic, request)
+        try:
+            await self._on_each(addresses, "DeleteTopic", request)
+        finally:
+            await self._call(self._namesrv().DeleteTopic, request)
         return addresses
 
     async def consumer_progress(self, group: str, topic: str = "",
@@ -119,8 +128,20 @@ class AdminClient:
 
     async def _on_masters(self, cluster: str | None, method: str, request: Any) -> list[Any]:
         addresses = [b.address for b in await self.brokers(cluster, masters_only=True)]
-        return list(await asyncio.gather(
-            *(self._call(getattr(self._broker(a), method), request) for a in addresses)))
+        return list((await self._on_each(addresses, method, request)).values())
+
+    async def _on_each(self, addresses: list[str], method: str, request: Any) -> dict[str, Any]:
+        """Call each broker and wait for every answer (one broker's failure must not leave the
+        others' calls unfinished); the answers by address, or FanOutError when any failed."""
+        answers = await asyncio.gather(*(self._call(getattr(self._broker(a), method), request) for a in addresses),
+                                       return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException) and not isinstance(answer, ClientError):
+                raise answer
+        if any(isinstance(answer, ClientError) for answer in answers):
+            raise FanOutError({address: answer if isinstance(answer, ClientError) else None
+                               for address, answer in zip(addresses, answers)})
+        return dict(zip(addresses, answers))
 
     # Stubs are made on use: a channel belongs to the event loop that is running when it is made.
     def _namesrv(self) -> pb_grpc.NameServerStub:

@@ -57,3 +57,16 @@ def check(status: v5.Status, *accepted: int) -> None:
     """Raise unless the status is OK or one of `accepted`."""
     if status.code != v5.Code.OK and status.code not in accepted:
         raise ClientError.from_status(status)
+
+
+class FanOutError(ClientError):
+    """A change sent to several brokers that not every one applied. Raised only once every broker
+    has answered; `outcomes` maps each broker's address to its error, or to None where it applied."""
+
+    def __init__(self, outcomes: "dict[str, ClientError | None]") -> None:
+        failed = {address: error for address, error in outcomes.items() if error is not None}
+        first = next(iter(failed.values()))
+        super().__init__(first.name, f"not applied on {len(failed)} of {len(outcomes)} brokers: "
+                         + "; ".join(f"{address}: {error}" for address, error in failed.items()), code=first.code,
+                         grpc_status=first.grpc_status)
+        self.outcomes = outcomes
