@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 DIR=${DEMO_DIR:-run/demo}
 BASE_PORT=${DEMO_BASE_PORT:-20000}
 mkdir -p "$DIR"
-rm -f "$DIR/cluster.json"  # `up` writes it once every broker has registered
+rm -f "$DIR/cluster.json"  # `up` writes it once the cluster is writable
 
 if [ $# -eq 0 ]; then
     set -- --replicas 3 --set brokerRole=SYNC_MASTER --set inSyncReplicas=2

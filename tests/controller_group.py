@@ -47,10 +47,15 @@ class Group:
         self.cluster = cluster
         self.brokers = [p for p in cluster["processes"] if p["kind"] == "broker"]
         self.controllers = [p for p in cluster["processes"] if p["kind"] == "controller"]
-        self.zookeeper = cluster["zookeeper"]
+        self.zookeeper = next(p for p in cluster["processes"] if p["kind"] == "zookeeper")
         self.controller_addresses = cluster["controller_addresses"]
         self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=3.0)
         self.producer = Blocking(Producer, cluster["access_point"])
+
+    def routed_role(self, broker: dict) -> str:
+        """The broker's role in cluster.json, which `quorumq up` keeps as the name server routes it."""
+        entries = json.loads(self.cluster_file.read_text())["processes"]
+        return next(entry["role"] for entry in entries if entry["address"] == broker["address"])
 
     def close(self) -> None:
         self.producer.close()
@@ -158,6 +163,7 @@ def started_group(directory: Path, controllers: int, **options) -> Iterator[Grou
     cluster = LocalCluster(directory, replicas=3, controllers=controllers, sets=SETS, **options)
     try:
         group = Group(cluster.start(timeout=90))
+        group.cluster_file = cluster.directory / "cluster.json"
         try:
             yield group
         finally:

@@ -25,9 +25,9 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
+from quorumq.cli.up import PORT_SPAN
 from quorumq.client import AdminClient, Blocking
 
-PORT_SPAN = 100
 # Below Linux's ephemeral range (32768+), so no outgoing connection holds one of our ports.
 PORT_RANGE = (21000, 32000)
 CLUSTER_START_TIMEOUT_S = 60.0
@@ -264,7 +264,7 @@ class LocalCluster:
                 self.up.kill()
                 self.up.wait()
         info = self.info or {}
-        for process in info.get("processes", []) + ([info["zookeeper"]] if "zookeeper" in info else []):
+        for process in info.get("processes", []):
             if pid_alive(process["pid"]):
                 os.kill(process["pid"], signal.SIGCONT)  # a paused process must not outlive the test
                 os.kill(process["pid"], signal.SIGKILL)

@@ -7,7 +7,7 @@ import pytest
 
 from harness import LocalCluster, check_for, cli, free_base_port, pid_alive, stop_process
 from quorumq.cli.up import REPLICAS_MAX, plan
-from quorumq.client import AdminClient, Blocking
+from quorumq.client import AdminClient, Blocking, Message, Producer
 from quorumq.config import Kind, read_properties
 from quorumq.errors import QuorumqError
 
@@ -123,9 +123,9 @@ def test_up_lays_out_replica_groups(tmp_path):
                      sets=[("brokerRole", "SYNC_MASTER"), ("inSyncReplicas", "2")],
                      broker_sets=[(4, "slaveTimeout", "500")])
     brokers = [p for p in processes if p.kind is Kind.BROKER]
-    assert [(p.name, p.port, p.broker_id, p.role) for p in brokers] == [
-        ("broker-a-0", 30010, 0, "master"), ("broker-a-1", 30012, 1, "slave"), ("broker-a-2", 30014, 2, "slave"),
-        ("broker-b-0", 30020, 0, "master"), ("broker-b-1", 30022, 1, "slave"), ("broker-b-2", 30024, 2, "slave")]
+    assert [(p.name, p.port, p.replica, p.values["brokerId"]) for p in brokers] == [
+        ("broker-a-0", 30010, 0, "0"), ("broker-a-1", 30012, 1, "1"), ("broker-a-2", 30014, 2, "2"),
+        ("broker-b-0", 30020, 0, "0"), ("broker-b-1", 30022, 1, "1"), ("broker-b-2", 30024, 2, "2")]
     assert [p.values["brokerRole"] for p in brokers] == ["SYNC_MASTER", "SLAVE", "SLAVE"] * 2
     assert all(p.values["totalReplicas"] == "3" and p.values["inSyncReplicas"] == "2" for p in brokers)
     assert [p.values["haListenPort"] for p in brokers[:3]] == ["30011", "30013", "30015"]
@@ -133,3 +133,28 @@ def test_up_lays_out_replica_groups(tmp_path):
     for bad in (0, REPLICAS_MAX + 1):
         with pytest.raises(QuorumqError):
             plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], replicas=bad)
+
+
+def test_up_calls_a_replica_group_up_only_once_it_takes_a_send(start_cluster):
+    """With inSyncReplicas=2 and enableSlaveActingMaster a send is refused (IN_SYNC_REPLICAS_NOT_ENOUGH)
+    until the slave is in sync: cluster.json must not announce the cluster before then, and it
+    names each broker's id and role as routed."""
+    cluster = start_cluster(replicas=2, sets={"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2",
+                                              "enableSlaveActingMaster": "true"})
+    with Blocking(Producer, cluster["access_point"]) as producer:
+        [result] = producer.send_batch("ReadyTopic", [Message(b"first")])
+    assert result.status == "SEND_OK"
+    assert [(p["kind"], p.get("broker_id"), p.get("role")) for p in cluster["processes"]] == [
+        ("namesrv", None, None), ("broker", 0, "master"), ("broker", 1, "slave")]
+
+
+def test_up_names_what_keeps_a_cluster_from_being_writable(tmp_path):
+    """A group that can never meet its quorum: `up` gives up after its timeout, says why, writes no
+    cluster.json and leaves no process behind."""
+    cluster = LocalCluster(tmp_path, replicas=2, sets={"brokerRole": "SYNC_MASTER", "inSyncReplicas": "3"})
+    cluster.args += ["--timeout", "5"]
+    with pytest.raises(RuntimeError) as failed:
+        cluster.start()
+    assert "not writable within 5 s" in str(failed.value)
+    assert "broker-a's master" in str(failed.value) and "refuses sends" in str(failed.value)
+    assert not (tmp_path / "cluster.json").exists()

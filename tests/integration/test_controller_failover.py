@@ -69,15 +69,19 @@ def test_one_master_is_elected_and_every_replica_joins_the_sync_state_set(group)
 
 def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
     """Scenario 43: sends acknowledged by the old master are all on the new master (epoch + 1),
-    which takes sends; the old master restarts as its slave and catches up."""
+    which takes sends and which cluster.json names at once; the old master restarts as its slave
+    and catches up."""
     topic = group.new_topic()
     before = group.replica_info()
     acknowledged = [body for body in (f"before-{i}".encode() for i in range(50)) if group.send(topic, body) == SEND_OK]
     assert len(acknowledged) == 50
     old_master = group.master()
+    assert group.routed_role(old_master) == "master"
     stop_process(old_master, signal.SIGKILL)
     new_master = group.master()
     assert new_master is not old_master
+    check_for(2.0, 0.05, lambda: (group.routed_role(new_master), group.routed_role(old_master))
+              == ("master", "slave"), "cluster.json naming the new master within 2 s of its election")
     check_for(FAILOVER_S, 0.05, lambda: group.send(topic, b"after-0") == SEND_OK, "a send on the new master")
     acknowledged.append(b"after-0")
     assert int(group.status(new_master)["masterEpoch"]) == before["master_epoch"] + 1

@@ -13,7 +13,7 @@ import pytest
 
 from quorumq import limits
 from quorumq.core.put_status import PutStatus
-from quorumq.core.quorum import (AckPlan, AckRejected, AckTracker, BrokerRole, QuorumSettings,
+from quorumq.core.quorum import (ALL_ACK, AckPlan, AckRejected, AckTracker, BrokerRole, QuorumSettings,
                                  alive_replicas_in_group, calc_need_ack, final_status, is_in_sync, plan_put)
 from quorumq.errors import Error, QuorumqError
 
@@ -503,3 +503,15 @@ def test_quirk_fix_waiting_puts_that_need_more_copies_than_can_be_given_end_at_o
     assert tracker.fail_unreachable() == [("needs 3", TIMEOUT)]
     assert tracker.waiting == 1
     assert tracker.on_slave_ack(1, sessions[0], 20, 20) == [("needs 2", OK)]
+
+
+@pytest.mark.parametrize("plan, in_sync, sync_state_set_size, met", [
+    (AckPlan(1, False), 1, 1, True),  # nothing to wait for
+    (AckPlan(2, False), 1, 1, False),  # inSyncReplicas=2, the slave not in sync yet
+    (AckPlan(2, False), 2, 1, True),
+    (AckPlan(3, True), 3, 1, False),  # refused by the pre-check whatever is in sync
+    (AckPlan(ALL_ACK, False), 2, 3, False),  # a SyncStateSet member not in sync
+    (AckPlan(ALL_ACK, False), 3, 3, True),
+])
+def test_a_plan_is_met_by_the_copies_in_sync(plan, in_sync, sync_state_set_size, met):
+    assert plan.met_by(in_sync, sync_state_set_size) is met

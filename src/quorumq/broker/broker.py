@@ -637,6 +637,16 @@ class Broker:
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{self.address} is handing the master role of "
                                                             f"{self.config['brokerName']} to its preferred broker")
 
+    def accepts_sends(self) -> bool:
+        """Whether a send would now be acknowledged at the configured quorum: it passes admission
+        and the copies in sync meet its plan (what `quorumq up` waits for before it calls a
+        cluster up)."""
+        try:
+            self._check_role()
+        except QuorumqError:
+            return False
+        return self.writable and self._plan_put().met_by(self.in_sync_replicas(), self._sync_state_set_size())
+
     def _admit(self, count: int) -> None:
         self._check_role()
         if not self.writable:
@@ -689,8 +699,10 @@ class Broker:
 
     def _plan_put(self) -> AckPlan:
         return plan_put(self.quorum_settings(), wait_store_msg_ok=True, alive_replicas=self.alive_replicas,
-                        ha_in_sync=self.in_sync_replicas(),
-                        sync_state_set_size=self.sync_state.size if self.sync_state is not None else 1)
+                        ha_in_sync=self.in_sync_replicas(), sync_state_set_size=self._sync_state_set_size())
+
+    def _sync_state_set_size(self) -> int:
+        return self.sync_state.size if self.sync_state is not None else 1
 
     def _on_slave_lost(self, slave_id: int) -> None:
         if self.controller_mode:
@@ -778,7 +790,7 @@ class Broker:
         figures.update(commitLogMinOffset=self.store.min_offset, commitLogMaxOffset=self.store.max_offset,
                        flushedOffset=self.store.flushed_offset, pendingMessages=self.pending_messages,
                        topicCount=len(self.topics.all()), diskUsedRatio=round(self.store.disk_usage_ratio(), 4),
-                       writable=self.writable, brokerRole=self.role.value)
+                       writable=self.writable, brokerRole=self.role.value, acceptsSends=self.accepts_sends())
         if self.replication is not None:
             figures.update(aliveReplicas=self.alive_replicas, inSyncReplicas=self.in_sync_replicas(),
                            slaves=",".join(str(slave_id) for slave_id in sorted(self.replication.slaves)),

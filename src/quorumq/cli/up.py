@@ -1,18 +1,22 @@
 """`quorumq up`: a whole cluster on this machine in the foreground, for development, tests and demos.
 
-Ports are laid out from a base port P, all within P..P+99:
+Ports are laid out from a base port P, all within P..P+199:
   name server             P
   ZooKeeper               P+1 (with --controller)
   controller c            P+2+c (with --controller)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
-Every process gets a directory DIR/<name> holding its config, log and data, and DIR/cluster.json
-lists them once every broker has registered with the name server. With --replicas N each broker
-name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and totalReplicas
-is N unless --set says otherwise; --set brokerRole applies to the masters.
+  P+100..P+199            kept for what is to come: more ZooKeeper nodes, metrics, a dashboard, proxies
+Every process gets a directory DIR/<name> holding its config, log and data. With --replicas N each
+broker name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and
+totalReplicas is N unless --set says otherwise; --set brokerRole applies to the masters.
 
 With --controller, one ZooKeeper node and --controllers controllers run as well, and the brokers
-run in controller mode: the controllers assign their ids and elect each group's master, and
-cluster.json is written once every group has one.
+run in controller mode: the controllers assign their ids and elect each group's master.
+
+The cluster is up once it is writable: every broker registered with the name server and every
+group's master accepting a send at its configured quorum. Only then is DIR/cluster.json written;
+it names every process once, each broker with its id and role as the name server routes them, and
+is written again (atomically) within a second of a role change.
 """
 
 import argparse
@@ -29,24 +33,28 @@ from pathlib import Path
 
 from quorumq import config
 from quorumq.client import AdminClient, ClientError
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config, Kind
 from quorumq.controller.zookeeper import LocalZooKeeper
 from quorumq.errors import Error, QuorumqError
+from quorumq.namesrv.registry import MASTER_ID
 
 HOST = "127.0.0.1"
 BASE_PORT_DEFAULT = 20000
-PORT_SPAN = 100
+PORT_SPAN = 200
+BROKER_PORTS_END = 100  # brokers take P+10..P+99; the rest of the span is kept for other processes
 BROKER_PORT_OFFSET = 10
 BROKER_PORT_STRIDE = 10
-BROKERS_MAX = (PORT_SPAN - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
+BROKERS_MAX = (BROKER_PORTS_END - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
 REPLICA_PORT_STRIDE = 2
 REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
 ZOOKEEPER_PORT_OFFSET = 1
 CONTROLLER_PORT_OFFSET = 2
 CONTROLLERS_MAX = 5
 STOP_GRACE_S = 10.0
-REGISTER_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
+ROLE_POLL_INTERVAL_S = 0.5  # cluster.json follows a role change within about this
 LOG_TAIL_BYTES = 2000
 # Keys `up` assigns to lay out the cluster; --cluster sets brokerClusterName.
 MANAGED_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "listenPort",
@@ -65,7 +73,9 @@ class Planned:
     directory: Path
     data_dir: Path
     broker_name: str = ""
-    broker_id: int = 0
+    replica: int = 0  # its place in the layout; r = 0 starts as the master
+    broker_id: int = 0  # as the name server routes it (in controller mode the controller assigns it)
+    role: str = ""  # "master" or "slave", as the name server routes it
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -80,20 +90,13 @@ class Planned:
     def log_path(self) -> Path:
         return self.directory / f"{self.kind.value}.log"
 
-    @property
-    def role(self) -> str:
-        if self.values.get("enableControllerMode") == "true":
-            return "elected"  # the controller decides
-        return "slave" if self.values.get("brokerRole") == "SLAVE" else "master"
-
     def describe(self) -> dict:
         entry = {"kind": self.kind.value, "pid": self.process.pid if self.process else None,
                  "address": self.address, "config": str(self.config_path), "log": str(self.log_path),
                  "data_dir": str(self.data_dir)}
         if self.kind is Kind.BROKER:
-            entry.update(broker_name=self.broker_name, role=self.role)
-            # In controller mode the controller assigns ids: the entry names the replica's index.
-            entry["replica" if self.role == "elected" else "broker_id"] = self.broker_id
+            entry.update(broker_name=self.broker_name, broker_id=self.broker_id, role=self.role,
+                         replica=self.replica)
         return entry
 
 
@@ -162,11 +165,11 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
             elif replica > 0:
                 values["brokerRole"] = "SLAVE"
             planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
-                                   broker_name=broker_name, broker_id=replica))
+                                   broker_name=broker_name, replica=replica))
     for key, value in sets:
         kinds = kinds_knowing(key)
         for process in planned:
-            if process.kind in kinds and not (key == "brokerRole" and (process.broker_id > 0 or controllers)):
+            if process.kind in kinds and not (key == "brokerRole" and (process.replica > 0 or controllers)):
                 process.values[key] = value
     broker_processes = [p for p in planned if p.kind is Kind.BROKER]
     for index, key, value in broker_sets:
@@ -224,14 +227,57 @@ def log_tail(process: Planned) -> str:
         return log.read().decode(errors="replace")
 
 
-async def wait_registered(processes: list[Planned], cluster: str, stopping: asyncio.Event,
-                          timeout_s: float) -> str | None:
-    """Wait until the name server lists every broker and every group's master (or `up` is told to
-    stop); why not, or None."""
+def routed_roles(info: pb.ClusterInfo, cluster: str) -> dict[str, tuple[str, int, str]]:
+    """address -> (broker name, broker id, "master" or "slave") of each broker the name server routes."""
+    return {b.address: (b.broker_name, b.broker_id, "master" if b.broker_id == MASTER_ID else "slave")
+            for b in info.brokers if b.cluster == cluster}
+
+
+def apply_roles(processes: list[Planned], routed: dict[str, tuple[str, int, str]]) -> bool:
+    """Give each broker its id and role as routed; whether any changed. A broker the name server no
+    longer routes (dead, or not registered again yet) keeps what it had, but is no master once
+    another broker of its name is."""
+    brokers = [p for p in processes if p.kind is Kind.BROKER]
+    before = [(p.broker_id, p.role) for p in brokers]
+    for process in brokers:
+        if process.address in routed:
+            _, process.broker_id, process.role = routed[process.address]
+    routed_masters = {name for name, _, role in routed.values() if role == "master"}
+    for process in brokers:
+        if process.address not in routed and process.role == "master" and process.broker_name in routed_masters:
+            process.role = "slave"
+    return before != [(p.broker_id, p.role) for p in brokers]
+
+
+async def not_ready(admin: AdminClient, processes: list[Planned], cluster: str) -> list[str]:
+    """What keeps the cluster from being writable: brokers not registered, groups without a master,
+    masters that would refuse a send (their quorum not met yet, fenced, a full disk)."""
+    info = await admin.cluster_info()
+    routed = routed_roles(info, cluster)
+    missing = [f"{p.name} ({p.address}) has not registered with the name server"
+               for p in processes if p.kind is Kind.BROKER and p.address not in routed]
+    names = sorted({p.broker_name for p in processes if p.kind is Kind.BROKER})
+    masters = {name: address for address, (name, _, role) in routed.items() if role == "master"}
+    for name in names:
+        if name not in masters:
+            missing.append(f"{name} has no master routed by the name server")
+            continue
+        status = await admin.broker_status(masters[name])
+        if status.get("acceptsSends") != "True":
+            missing.append(f"{name}'s master {masters[name]} refuses sends (role {status.get('brokerRole')}, "
+                           f"replicas in sync {status.get('inSyncReplicas', '-')}, "
+                           f"alive {status.get('aliveReplicas', '-')}, writable {status.get('writable')})")
+    if not missing:
+        apply_roles(processes, routed)
+    return missing
+
+
+async def wait_ready(processes: list[Planned], cluster: str, stopping: asyncio.Event,
+                     timeout_s: float) -> str | None:
+    """Wait until the cluster is writable (or `up` is told to stop); why not, or None."""
     namesrv = processes[0]
-    expected = {(p.broker_name, p.address) for p in processes if p.kind is Kind.BROKER}
-    expected |= {(name, "master") for name, _ in expected}
     deadline = time.monotonic() + timeout_s
+    missing = ["the name server does not answer"]
     async with AdminClient(namesrv.address, timeout_s=1.0) as admin:
         while not stopping.is_set():
             dead = exited(processes)
@@ -239,27 +285,43 @@ async def wait_registered(processes: list[Planned], cluster: str, stopping: asyn
                 return "\n".join(f"{p.name} exited with code {p.process.returncode}; the end of {p.log_path}:\n"
                                  f"{log_tail(p)}" for p in dead)
             try:
-                info = await admin.cluster_info()
-                registered = {(b.broker_name, b.address) for b in info.brokers if b.cluster == cluster}
-                registered |= {(b.broker_name, "master") for b in info.brokers if b.broker_id == 0}
-                if expected <= registered:
+                missing = await not_ready(admin, processes, cluster)
+                if not missing:
                     return None
-            except ClientError:
-                pass  # the name server is still starting
+            except ClientError as error:
+                missing = [f"the cluster does not answer yet: {error}"]
             if time.monotonic() > deadline:
-                return f"not every broker registered within {timeout_s:.0f} s"
+                return f"not writable within {timeout_s:.0f} s:\n  " + "\n  ".join(missing)
             await asyncio.sleep(POLL_INTERVAL_S)
     return None
 
 
+async def follow_roles(path: Path, cluster: str, processes: list[Planned], zookeeper: LocalZooKeeper | None,
+                       stopping: asyncio.Event) -> None:
+    """Write cluster.json again whenever the name server routes a broker in another role."""
+    async with AdminClient(processes[0].address, timeout_s=1.0) as admin:
+        while not stopping.is_set():
+            try:
+                if apply_roles(processes, routed_roles(await admin.cluster_info(), cluster)):
+                    write_cluster_file(path, cluster, processes, zookeeper)
+            except ClientError:
+                pass  # the name server is away; the file keeps what it last knew
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=ROLE_POLL_INTERVAL_S)
+            except TimeoutError:
+                pass
+
+
 def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
                        zookeeper: LocalZooKeeper | None = None) -> None:
-    document = {"cluster": cluster, "access_point": processes[0].address,
-                "processes": [p.describe() for p in processes]}
+    entries = [p.describe() for p in processes]
+    document = {"cluster": cluster, "access_point": processes[0].address}
     if zookeeper is not None:
-        document["zookeeper"] = {"kind": "zookeeper", "pid": zookeeper.pid, "address": zookeeper.address,
-                                 "log": str(zookeeper.log_path), "data_dir": str(zookeeper.data_dir)}
+        entries.insert(1, {"kind": "zookeeper", "pid": zookeeper.pid, "address": zookeeper.address,
+                           "config": str(zookeeper.config_path), "log": str(zookeeper.log_path),
+                           "data_dir": str(zookeeper.data_dir)})
         document["controller_addresses"] = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
+    document["processes"] = entries
     partial = path.with_suffix(".json.tmp")
     partial.write_text(json.dumps(document, indent=2) + "\n")
     partial.replace(path)  # readers never see half a file
@@ -292,7 +354,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
             await asyncio.to_thread(zookeeper.wait_ready)
         for process in processes:
             start(process)
-        problem = await wait_registered(processes, args.cluster, stopping, args.timeout)
+        problem = await wait_ready(processes, args.cluster, stopping, args.timeout)
         if stopping.is_set():
             return 0
         if problem:
@@ -300,6 +362,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
             return 1
         write_cluster_file(cluster_file, args.cluster, processes, zookeeper)
         print(summary(args.cluster, args.dir, processes, zookeeper), flush=True)
+        roles = asyncio.create_task(follow_roles(cluster_file, args.cluster, processes, zookeeper, stopping))
         reported: set[str] = set()
         while not stopping.is_set():  # a process that dies is reported, never restarted
             for process in exited(processes):
@@ -311,6 +374,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
                 await asyncio.wait_for(stopping.wait(), timeout=0.5)
             except TimeoutError:
                 pass
+        await roles
         return 0
     finally:
         stop(processes)
@@ -338,7 +402,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--dir", required=True, type=Path, help="where configs, logs, data and cluster.json go")
     parser.add_argument("--cluster", default="DefaultCluster", help="brokerClusterName (default %(default)s)")
     parser.add_argument("--base-port", type=int, default=BASE_PORT_DEFAULT,
-                        help="first of the 100 ports the cluster uses (default %(default)s)")
+                        help=f"first of the {PORT_SPAN} ports the cluster uses (default %(default)s)")
     parser.add_argument("--brokers", type=int, default=1, help=f"master brokers, 1..{BROKERS_MAX} (default 1)")
     parser.add_argument("--replicas", type=int, default=1,
                         help=f"replicas per broker name, the master included, 1..{REPLICAS_MAX} (default 1)")
@@ -351,6 +415,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,
                         metavar="INDEX:KEY=VALUE",
                         help="a config key for one broker, counted from 0 in cluster.json order (repeatable)")
-    parser.add_argument("--timeout", type=float, default=REGISTER_TIMEOUT_S,
-                        help="seconds to wait for every broker to register (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=READY_TIMEOUT_S,
+                        help="seconds to wait for the cluster to be writable (default %(default)s)")
     parser.set_defaults(run=run)

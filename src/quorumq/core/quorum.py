@@ -97,6 +97,15 @@ class AckPlan:
     def waits(self) -> bool:
         return not self.rejected and needs_copies(self.need_ack)
 
+    def met_by(self, in_sync: int, sync_state_set_size: int = 1) -> bool:
+        """Whether a put planned so would be acknowledged by the copies in sync now (`in_sync`,
+        the master included): what a writable group means to `quorumq up`."""
+        if self.rejected:
+            return False
+        if self.need_ack == ALL_ACK:
+            return in_sync >= sync_state_set_size
+        return in_sync >= self.need_ack
+
 
 def needs_copies(need_ack: int) -> bool:
     """Whether a put needing `need_ack` waits for slaves at all."""
