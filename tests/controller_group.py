@@ -47,7 +47,8 @@ class Group:
         self.cluster = cluster
         self.brokers = [p for p in cluster["processes"] if p["kind"] == "broker"]
         self.controllers = [p for p in cluster["processes"] if p["kind"] == "controller"]
-        self.zookeeper = next(p for p in cluster["processes"] if p["kind"] == "zookeeper")
+        self.zookeepers = [p for p in cluster["processes"] if p["kind"] == "zookeeper"]
+        self.zookeeper = self.zookeepers[0]
         self.controller_addresses = cluster["controller_addresses"]
         self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=3.0)
         self.producer = Blocking(Producer, cluster["access_point"])
@@ -105,10 +106,10 @@ class Group:
     def restore(self) -> None:
         """Every process running (restarted, or continued after SIGSTOP) and answering, a leading
         controller, every broker in the SyncStateSet."""
-        for process in self.brokers + self.controllers + [self.zookeeper]:
+        for process in self.zookeepers + self.brokers + self.controllers:
             if pid_alive(process["pid"]):
                 os.kill(process["pid"], signal.SIGCONT)
-            elif process["kind"] != "zookeeper":
+            else:
                 start_process(process)
         for broker in self.brokers:
             check_for(SETTLE_S, 0.1, lambda: self.status(broker), f"{broker['address']} answers")

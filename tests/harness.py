@@ -27,6 +27,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.cli.up import PORT_SPAN
 from quorumq.client import AdminClient, Blocking
+from quorumq.controller.zookeeper import server_argv
 
 # Below Linux's ephemeral range (32768+), so no outgoing connection holds one of our ports.
 PORT_RANGE = (21000, 32000)
@@ -142,9 +143,10 @@ def start_process(process: dict) -> None:
     It logs to the same file; `process["pid"]` is updated so teardown finds it.
     """
     kind = process["kind"]
+    argv = (server_argv(Path(process["data_dir"])) if kind == "zookeeper"
+            else [sys.executable, "-m", "quorumq.cli.main", kind, "-c", process["config"]])
     with open(process["log"], "ab") as log:
-        child = subprocess.Popen([sys.executable, "-m", "quorumq.cli.main", kind, "-c", process["config"]],
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True)
     process["pid"] = child.pid
     # Popen returns as the exec begins, when /proc/PID/cmdline can still be empty and pid_alive
@@ -218,7 +220,7 @@ class LocalCluster:
 
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
-                 base_port: int | None = None, replicas: int = 1, controllers: int = 0) -> None:
+                 base_port: int | None = None, replicas: int = 1, controllers: int = 0, zookeepers: int = 1) -> None:
         self.directory = Path(directory)
         self.base_port = base_port or free_base_port()
         self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers),
@@ -226,7 +228,7 @@ class LocalCluster:
         if cluster:
             self.args += ["--cluster", cluster]
         if controllers:
-            self.args += ["--controller", "--controllers", str(controllers)]
+            self.args += ["--controller", "--controllers", str(controllers), "--zookeepers", str(zookeepers)]
         for key, value in {"mappedFileSizeCommitLog": str(TEST_SEGMENT_BYTES), **(sets or {})}.items():
             self.args += ["--set", f"{key}={value}"]
         for assignment in broker_sets:

@@ -95,6 +95,28 @@ def controller_fault(group: Group, network: Network, rng: random.Random) -> tupl
     return f"{choice} {leader_address}", heal
 
 
+def zookeeper_node(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F15: SIGKILL or SIGSTOP one node of the three-node ZooKeeper ensemble; the other two keep a
+    quorum, so writes and elections go on. Killed, it is started again at heal."""
+    node = rng.choice(group.zookeepers)
+    if rng.random() < 0.5:
+        return f"kill {node['address']}", _killed(node)
+    return f"pause {node['address']}", paused(node)
+
+
+def zookeeper_quorum(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F16: SIGKILL or SIGSTOP two of the ensemble's three nodes: without a quorum no election can
+    happen, and the data path must keep serving. Killed nodes are started again at heal."""
+    nodes = rng.sample(group.zookeepers, 2)
+    kill = rng.random() < 0.5
+    heals = [_killed(node) if kill else paused(node) for node in nodes]
+
+    def heal() -> None:
+        for each in heals:
+            each()
+    return f"{'kill' if kill else 'pause'} {' '.join(node['address'] for node in nodes)}", heal
+
+
 def disk_full(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
     """F8: fill the master's or a slave's store (each on its own small tmpfs) until ENOSPC."""
     broker = group.master() if rng.random() < 0.5 else rng.choice(group.slaves())
@@ -272,11 +294,12 @@ Fault = Callable[[Group, Network, random.Random], tuple[str, Heal]]
 FAULTS: dict[str, Fault] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
     "F6": partition, "F7": impair_link, "F8": disk_full, "F9": torn_tail, "F10": corrupt_at_rest,
-    "F11": power_loss, "F12": clock_jump,
+    "F11": power_loss, "F12": clock_jump, "F15": zookeeper_node, "F16": zookeeper_quorum,
 }
 # How long a fault is held, and the rest after it, in seconds (drawn uniformly).
 HOLD_S = {"F1": (5, 15), "F2": (5, 15), "F3": (3, 12), "F4": (5, 15), "F5": (3, 10), "F6": (5, 20),
-          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F10": (1, 10), "F11": (5, 15), "F12": (10, 60)}
+          "F7": (5, 15), "F8": (10, 20), "F9": (1, 3), "F10": (1, 10), "F11": (5, 15), "F12": (10, 60),
+          "F15": (5, 20), "F16": (5, 15)}
 REST_S = (8, 15)
 # F13, combined chaos: each time a kind drawn from all of the above, after a shorter rest; half of
 # the time a second fault of another kind joins it for the rest of its hold. Second faults hit the
@@ -292,6 +315,8 @@ NETWORK_FAULTS = ("F6", "F7")
 PIPELINE = "F14"
 HOLD_S[PIPELINE] = (10, 30)
 FAULT_KINDS = [*FAULTS, COMBINED, PIPELINE]
+# The faults that need a ZooKeeper ensemble of three (F13 draws from every kind above).
+ENSEMBLE_FAULTS = ("F13", "F15", "F16")
 
 
 class Nemesis:

@@ -32,7 +32,7 @@ from controller_group import SETS, Group  # noqa: E402
 from final_read import read_offsets, read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
-from nemesis import (CLOCK_DIR_VARIABLE, COMBINED, FAULT_KINDS, PIPELINE, Nemesis, mount_small_disks,  # noqa: E402
+from nemesis import (CLOCK_DIR_VARIABLE, COMBINED, ENSEMBLE_FAULTS, FAULT_KINDS, PIPELINE, Nemesis, mount_small_disks,  # noqa: E402
                      unmount)
 from network import Network  # noqa: E402
 from pipeline import Pipeline  # noqa: E402
@@ -92,7 +92,8 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     os.environ.update({CLOCK_DIR_VARIABLE: str(clock_dir), FSYNC_LOG_VARIABLE: "1"})
     try:
         cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
-                               base_port=base_port, broker_sets=network.broker_sets())
+                               base_port=base_port, broker_sets=network.broker_sets(),
+                               zookeepers=3 if fault in ENSEMBLE_FAULTS else 1)
         try:
             outcome = exercise(cluster, network, fault, seed, duration_s, history, directory)
         finally:

@@ -158,3 +158,14 @@ def test_up_names_what_keeps_a_cluster_from_being_writable(tmp_path):
     assert "not writable within 5 s" in str(failed.value)
     assert "broker-a's master" in str(failed.value) and "refuses sends" in str(failed.value)
     assert not (tmp_path / "cluster.json").exists()
+
+
+def test_up_lays_out_a_zookeeper_ensemble_only_in_controller_mode(tmp_path):
+    processes = plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], replicas=3, controllers=2,
+                     zookeepers=3)
+    controller = next(p for p in processes if p.kind is Kind.CONTROLLER)
+    assert controller.values["zookeeperAddress"] == "127.0.0.1:30001,127.0.0.1:30101,127.0.0.1:30102"
+    for controllers, zookeepers in ((0, 3), (2, 2), (2, 7)):
+        with pytest.raises(QuorumqError):
+            plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], controllers=controllers,
+                 zookeepers=zookeepers)

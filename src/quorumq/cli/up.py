@@ -2,16 +2,19 @@
 
 Ports are laid out from a base port P, all within P..P+199:
   name server             P
-  ZooKeeper               P+1 (with --controller)
+  ZooKeeper node 0        P+1 (with --controller)
   controller c            P+2+c (with --controller)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
-  P+100..P+199            kept for what is to come: more ZooKeeper nodes, metrics, a dashboard, proxies
+  ZooKeeper node z > 0    P+100+z (with --zookeepers 3 or 5)
+  ZooKeeper peer ports    P+110+2*z (quorum), P+111+2*z (leader election) of node z, in an ensemble
+  P+120..P+199            kept for what is to come: metrics, a dashboard, proxies
 Every process gets a directory DIR/<name> holding its config, log and data. With --replicas N each
 broker name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and
 totalReplicas is N unless --set says otherwise; --set brokerRole applies to the masters.
 
-With --controller, one ZooKeeper node and --controllers controllers run as well, and the brokers
-run in controller mode: the controllers assign their ids and elect each group's master.
+With --controller, ZooKeeper (one node, or an ensemble of --zookeepers 3 or 5) and --controllers
+controllers run as well, and the brokers run in controller mode: the controllers assign their ids
+and elect each group's master.
 
 The cluster is up once it is writable: every broker registered with the name server and every
 group's master accepting a send at its configured quorum. Only then is DIR/cluster.json written;
@@ -48,7 +51,10 @@ BROKER_PORT_STRIDE = 10
 BROKERS_MAX = (BROKER_PORTS_END - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
 REPLICA_PORT_STRIDE = 2
 REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
-ZOOKEEPER_PORT_OFFSET = 1
+ZOOKEEPER_PORT_OFFSET = 1  # node 0's client port
+ZOOKEEPER_MORE_PORT_OFFSET = 100  # node z > 0's client port is P+100+z
+ZOOKEEPER_PEER_PORT_OFFSET = 110  # node z's quorum and election ports: P+110+2z, P+111+2z
+ZOOKEEPER_NODES = (1, 3, 5)  # an ensemble of 2 or 4 survives no more failures than one node fewer
 CONTROLLER_PORT_OFFSET = 2
 CONTROLLERS_MAX = 5
 STOP_GRACE_S = 10.0
@@ -125,27 +131,48 @@ def kinds_knowing(key: str) -> frozenset[Kind]:
     raise QuorumqError(Error.CONFIG_INVALID, f"unknown config key {key!r}")
 
 
+def zookeeper_ports(base_port: int, node: int) -> tuple[int, int, int]:
+    """ZooKeeper node `node`'s client, quorum and election ports."""
+    client = base_port + (ZOOKEEPER_PORT_OFFSET if node == 0 else ZOOKEEPER_MORE_PORT_OFFSET + node)
+    peer = base_port + ZOOKEEPER_PEER_PORT_OFFSET + 2 * node
+    return client, peer, peer + 1
+
+
+def zookeeper_nodes(directory: Path, base_port: int, count: int) -> list[LocalZooKeeper]:
+    """ZooKeeper: one standalone node, or an ensemble of `count`."""
+    ports = [zookeeper_ports(base_port, node) for node in range(count)]
+    ensemble = [(peer, election) for _, peer, election in ports] if count > 1 else []
+    return [LocalZooKeeper(directory / ("zookeeper" if node == 0 else f"zookeeper-{node}"), client,
+                           ensemble=ensemble, my_id=node + 1 if ensemble else 0)
+            for node, (client, _, _) in enumerate(ports)]
+
+
 def plan(directory: Path, base_port: int, brokers: int, cluster: str,
          sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]], replicas: int = 1,
-         controllers: int = 0) -> list[Planned]:
+         controllers: int = 0, zookeepers: int = 1) -> list[Planned]:
     """The name server, the controllers and the brokers with their config values; raises
-    QuorumqError on bad input. With controllers, ZooKeeper listens on base_port + 1."""
+    QuorumqError on bad input. With controllers, ZooKeeper's `zookeepers` nodes listen as
+    zookeeper_ports lays them out."""
     if not 1 <= brokers <= BROKERS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--brokers must lie in 1..{BROKERS_MAX}")
     if not 1 <= replicas <= REPLICAS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--replicas must lie in 1..{REPLICAS_MAX}")
     if not 0 <= controllers <= CONTROLLERS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--controllers must lie in 1..{CONTROLLERS_MAX}")
+    if zookeepers not in ZOOKEEPER_NODES or (zookeepers > 1 and not controllers):
+        raise QuorumqError(Error.CONFIG_INVALID, f"--zookeepers takes one of {', '.join(map(str, ZOOKEEPER_NODES))}, "
+                                                 "and more than 1 only with --controller")
     if not 1024 <= base_port <= 65535 - PORT_SPAN:
         raise QuorumqError(Error.CONFIG_INVALID, f"--base-port must lie in 1024..{65535 - PORT_SPAN}")
     namesrv_dir = directory / "namesrv"
     namesrv = Planned(Kind.NAMESRV, "namesrv", base_port, {"listenPort": str(base_port)}, namesrv_dir, namesrv_dir)
     planned = [namesrv]
+    zookeeper_address = ",".join(f"{HOST}:{zookeeper_ports(base_port, node)[0]}" for node in range(zookeepers))
     for index in range(controllers):
         port = base_port + CONTROLLER_PORT_OFFSET + index
         controller_dir = directory / f"controller-{index}"
         planned.append(Planned(Kind.CONTROLLER, controller_dir.name, port, {
-            "listenPort": str(port), "zookeeperAddress": f"{HOST}:{base_port + ZOOKEEPER_PORT_OFFSET}",
+            "listenPort": str(port), "zookeeperAddress": zookeeper_address,
             "zookeeperRoot": f"/quorumq/{cluster}"}, controller_dir, controller_dir))
     controller_addresses = ";".join(p.address for p in planned if p.kind is Kind.CONTROLLER)
     for index in range(brokers):
@@ -296,14 +323,14 @@ async def wait_ready(processes: list[Planned], cluster: str, stopping: asyncio.E
     return None
 
 
-async def follow_roles(path: Path, cluster: str, processes: list[Planned], zookeeper: LocalZooKeeper | None,
+async def follow_roles(path: Path, cluster: str, processes: list[Planned], zookeepers: list[LocalZooKeeper],
                        stopping: asyncio.Event) -> None:
     """Write cluster.json again whenever the name server routes a broker in another role."""
     async with AdminClient(processes[0].address, timeout_s=1.0) as admin:
         while not stopping.is_set():
             try:
                 if apply_roles(processes, routed_roles(await admin.cluster_info(), cluster)):
-                    write_cluster_file(path, cluster, processes, zookeeper)
+                    write_cluster_file(path, cluster, processes, zookeepers)
             except ClientError:
                 pass  # the name server is away; the file keeps what it last knew
             try:
@@ -313,13 +340,12 @@ async def follow_roles(path: Path, cluster: str, processes: list[Planned], zooke
 
 
 def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
-                       zookeeper: LocalZooKeeper | None = None) -> None:
+                       zookeepers: list[LocalZooKeeper]) -> None:
     entries = [p.describe() for p in processes]
+    entries[1:1] = [{"kind": "zookeeper", "pid": node.pid, "address": node.address, "config": str(node.config_path),
+                     "log": str(node.log_path), "data_dir": str(node.data_dir)} for node in zookeepers]
     document = {"cluster": cluster, "access_point": processes[0].address}
-    if zookeeper is not None:
-        entries.insert(1, {"kind": "zookeeper", "pid": zookeeper.pid, "address": zookeeper.address,
-                           "config": str(zookeeper.config_path), "log": str(zookeeper.log_path),
-                           "data_dir": str(zookeeper.data_dir)})
+    if zookeepers:
         document["controller_addresses"] = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
     document["processes"] = entries
     partial = path.with_suffix(".json.tmp")
@@ -327,10 +353,10 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
     partial.replace(path)  # readers never see half a file
 
 
-def summary(cluster: str, directory: Path, processes: list[Planned], zookeeper: LocalZooKeeper | None) -> str:
+def summary(cluster: str, directory: Path, processes: list[Planned], zookeepers: list[LocalZooKeeper]) -> str:
     lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
-    if zookeeper is not None:
-        lines.append(f"  {'zookeeper':<22} {zookeeper.address:<16} pid {zookeeper.pid:<8} log {zookeeper.log_path}")
+    for node in zookeepers:
+        lines.append(f"  {node.data_dir.name:<22} {node.address:<16} pid {node.pid:<8} log {node.log_path}")
     for p in processes:
         label = f"{p.name} ({p.role})" if p.kind is Kind.BROKER else p.name
         lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8} log {p.log_path}")
@@ -340,18 +366,19 @@ def summary(cluster: str, directory: Path, processes: list[Planned], zookeeper: 
 
 async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int:
     cluster_file = args.dir / "cluster.json"
-    zookeeper = None
+    zookeepers = []
     if any(p.kind is Kind.CONTROLLER for p in processes):
-        zookeeper = LocalZooKeeper(args.dir / "zookeeper", args.base_port + ZOOKEEPER_PORT_OFFSET)
+        zookeepers = zookeeper_nodes(args.dir, args.base_port, args.zookeepers)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     cluster_file.unlink(missing_ok=True)  # a stale file would announce a cluster that is not up
     try:
-        if zookeeper is not None:
-            zookeeper.start()
-            await asyncio.to_thread(zookeeper.wait_ready)
+        for node in zookeepers:
+            node.start()
+        for node in zookeepers:  # an ensemble's node serves once a quorum of them has formed
+            await asyncio.to_thread(node.wait_ready)
         for process in processes:
             start(process)
         problem = await wait_ready(processes, args.cluster, stopping, args.timeout)
@@ -360,9 +387,9 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         if problem:
             print(f"quorumq up: {problem}", file=sys.stderr, flush=True)
             return 1
-        write_cluster_file(cluster_file, args.cluster, processes, zookeeper)
-        print(summary(args.cluster, args.dir, processes, zookeeper), flush=True)
-        roles = asyncio.create_task(follow_roles(cluster_file, args.cluster, processes, zookeeper, stopping))
+        write_cluster_file(cluster_file, args.cluster, processes, zookeepers)
+        print(summary(args.cluster, args.dir, processes, zookeepers), flush=True)
+        roles = asyncio.create_task(follow_roles(cluster_file, args.cluster, processes, zookeepers, stopping))
         reported: set[str] = set()
         while not stopping.is_set():  # a process that dies is reported, never restarted
             for process in exited(processes):
@@ -378,8 +405,8 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         return 0
     finally:
         stop(processes)
-        if zookeeper is not None:
-            zookeeper.stop()
+        for node in zookeepers:
+            node.stop()
         cluster_file.unlink(missing_ok=True)
 
 
@@ -389,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         if args.controller and args.controllers < 1:
             raise QuorumqError(Error.CONFIG_INVALID, f"--controllers must lie in 1..{CONTROLLERS_MAX}")
         processes = plan(args.dir, args.base_port, args.brokers, args.cluster, args.set, args.broker_set,
-                         args.replicas, args.controllers if args.controller else 0)
+                         args.replicas, args.controllers if args.controller else 0, args.zookeepers)
     except QuorumqError as error:
         print(f"quorumq up: {error}", file=sys.stderr)
         return 2
@@ -410,6 +437,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="controller mode: also run ZooKeeper and controllers, which elect the masters")
     parser.add_argument("--controllers", type=int, default=1,
                         help=f"controllers with --controller, 1..{CONTROLLERS_MAX} (default 1)")
+    parser.add_argument("--zookeepers", type=int, default=1,
+                        help="ZooKeeper nodes with --controller: 1, 3 or 5 (default 1)")
     parser.add_argument("--set", action="append", default=[], type=parse_assignment, metavar="KEY=VALUE",
                         help="a config key for every process whose kind knows it (repeatable)")
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,

@@ -1,4 +1,4 @@
-"""A standalone ZooKeeper server on this machine, for development and tests.
+"""A ZooKeeper server on this machine, standalone or one node of an ensemble, for development and tests.
 
 It runs Debian bookworm's `zookeeper` package (3.8.0) on the JVM:
 
@@ -13,7 +13,7 @@ Hence the explicit log4j 1.2 binding, configured by DATA_DIR/log4j.properties to
 DATA_DIR/zookeeper.log; the JVM's own stdout and stderr are appended to the same file.
 
 Everything the server writes lives in DATA_DIR: zoo.cfg, log4j.properties, zookeeper.log and data/
-(snapshots and transaction logs). It listens on 127.0.0.1:PORT only, without the AdminServer (no
+(snapshots and transaction logs, and myid for a node of an ensemble). It listens on 127.0.0.1:PORT only, without the AdminServer (no
 Jetty port) and with ZooKeeper's default four-letter-word whitelist (only `srvr`).
 
 Session timeouts: the server grants a client's requested timeout clamped to 2..20 ticks, so with
@@ -30,6 +30,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Sequence
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -45,6 +46,8 @@ READY_TIMEOUT_S = 30.0
 READY_PROBE_S = 1.0
 PAUSE_TIMEOUT_S = 5.0
 PR_SET_PDEATHSIG = 1
+CONFIG_FILE = "zoo.cfg"
+LOG4J_FILE = "log4j.properties"
 # wait_ready's probing clients log every refused connection while the JVM starts: keep that quiet.
 _PROBE_LOG = logging.getLogger("quorumq.controller.zookeeper.probe")
 _PROBE_LOG.addHandler(logging.NullHandler())
@@ -61,6 +64,23 @@ def max_session_timeout_ms(tick_time_ms: int = TICK_TIME_MS) -> int:
     return 20 * tick_time_ms
 
 
+def server_argv(data_dir: Path, heap_mb: int = HEAP_MB) -> list[str]:
+    """The server's argv, given the zoo.cfg and log4j.properties that write_config left in data_dir:
+    what starts a node again by hand (its stdout and stderr appended to its zookeeper.log)."""
+    java = shutil.which("java") or "/usr/bin/java"
+    return [
+        java,
+        f"-Xmx{heap_mb}m",
+        "-XX:+UseSerialGC",
+        "-XX:+ExitOnOutOfMemoryError",
+        f"-Dlog4j.configuration=file:{data_dir / LOG4J_FILE}",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp", CLASSPATH,
+        MAIN_CLASS,
+        str(data_dir / CONFIG_FILE),
+    ]
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: the server gets SIGTERM when the thread that started it ends."""
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -73,11 +93,17 @@ class LocalZooKeeper:
     it as a context manager, which does all three.
     """
 
-    def __init__(self, data_dir: Path, port: int, tick_time_ms: int = TICK_TIME_MS, heap_mb: int = HEAP_MB) -> None:
+    def __init__(self, data_dir: Path, port: int, tick_time_ms: int = TICK_TIME_MS, heap_mb: int = HEAP_MB,
+                 ensemble: Sequence[tuple[int, int]] = (), my_id: int = 0) -> None:
+        """ensemble: each node's (peer port, election port), the node with server id i at index
+        i - 1, this one (`my_id`) among them; empty for a standalone server."""
+        assert not ensemble or 1 <= my_id <= len(ensemble)
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.tick_time_ms = tick_time_ms
         self.heap_mb = heap_mb
+        self.ensemble = tuple(ensemble)
+        self.my_id = my_id
         self._process: subprocess.Popen | None = None
 
     # Where things are.
@@ -89,11 +115,11 @@ class LocalZooKeeper:
 
     @property
     def config_path(self) -> Path:
-        return self.data_dir / "zoo.cfg"
+        return self.data_dir / CONFIG_FILE
 
     @property
     def log4j_path(self) -> Path:
-        return self.data_dir / "log4j.properties"
+        return self.data_dir / LOG4J_FILE
 
     @property
     def log_path(self) -> Path:
@@ -141,8 +167,12 @@ class LocalZooKeeper:
             "preAllocSize=4096",
             "autopurge.snapRetainCount=3",
             "autopurge.purgeInterval=1",
+            *(f"server.{server_id}={HOST}:{peer}:{election}"
+              for server_id, (peer, election) in enumerate(self.ensemble, start=1)),
             "",
         ]))
+        if self.ensemble:
+            (self.snapshot_dir / "myid").write_text(f"{self.my_id}\n")
         self.log4j_path.write_text("\n".join([
             "log4j.rootLogger=INFO, FILE",
             "log4j.appender.FILE=org.apache.log4j.FileAppender",
@@ -157,18 +187,7 @@ class LocalZooKeeper:
         """The server's argv. Writes zoo.cfg and log4j.properties first, so the argv runs as it is;
         a caller that starts it itself (e.g. detached) should append its stdout and stderr to log_path."""
         self.write_config()
-        java = shutil.which("java") or "/usr/bin/java"
-        return [
-            java,
-            f"-Xmx{self.heap_mb}m",
-            "-XX:+UseSerialGC",
-            "-XX:+ExitOnOutOfMemoryError",
-            f"-Dlog4j.configuration=file:{self.log4j_path}",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            "-cp", CLASSPATH,
-            MAIN_CLASS,
-            str(self.config_path),
-        ]
+        return server_argv(self.data_dir, self.heap_mb)
 
     # The process.
 
