@@ -1,22 +1,27 @@
-"""Controller mode on a ZooKeeper ensemble of three (`quorumq up --controller --zookeepers 3`).
+"""Controller mode on a ZooKeeper ensemble of three (`quorumq up --controller --zookeepers 3`), and
+membership changes the controllers must follow.
 
 Goal: one node lost changes nothing (writes go on, a failover still elects), two nodes lost (no
-quorum) stop every election while the data path keeps serving, and the ensemble recovers.
+quorum) stop every election while the data path keeps serving, and the ensemble recovers; a broker
+restarted on a new address keeps its id.
 
 Method: faults are real signals to the nodes' pids; a node's role in the ensemble is read with
 ZooKeeper's `srvr` four-letter word, and the group as a user sees it (brokerStatus, the admin
 commands' JSON and exit codes).
 """
 
+import json
 import os
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 
 from controller_group import FAILOVER_S, SEND_OK, SETTLE_S, started_group
-from harness import check_for, cli, stop_process
+from harness import check_for, cli, free_base_port, start_process, stop_process
 from quorumq.cli.up import PORT_SPAN
+from quorumq.config import read_properties
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +94,26 @@ def test_two_lost_nodes_stop_elections_but_not_the_data_path(group):
             os.kill(node["pid"], signal.SIGCONT)
     assert group.wait_in_sync()["master_epoch"] == info["master_epoch"]
     assert {f"no quorum {i}".encode() for i in range(20)} <= set(group.bodies(topic))
+
+
+def test_a_slave_restarted_on_a_new_address_keeps_its_id_and_rejoins(group):
+    """Scenario 44: a broker restarted on another port keeps the id the controller gave it (its
+    metadata file) and rejoins the SyncStateSet; the controller and the routes name the new address."""
+    info = group.wait_in_sync()
+    slave = next(broker for broker in group.brokers if broker is not group.master())
+    broker_id = group.status(slave)["brokerId"]
+    stop_process(slave)
+    port = free_base_port(span=2)
+    config = Path(slave["config"])
+    properties = read_properties(config.read_text())
+    properties.update(listenPort=str(port), haListenPort=str(port + 1))
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    slave["address"] = f"127.0.0.1:{port}"
+    start_process(slave)
+    moved = group.wait_in_sync()
+    assert group.status(slave)["brokerId"] == broker_id and group.status(slave)["brokerRole"] == "SLAVE"
+    assert moved["brokers"][broker_id] == slave["address"] and moved["master_epoch"] == info["master_epoch"]
+    topic = group.new_topic()
+    assert group.send(topic, b"after the move") == SEND_OK
+    route = json.loads(cli("admin", "topicRoute", "-n", group.cluster["access_point"], "-t", topic, "--json").stdout)
+    assert slave["address"] in route["brokers"][0]["addresses"].values()
