@@ -6,6 +6,7 @@ import pytest
 from test_store_support import SEGMENT_BYTES, message, open_store, queue_bodies, queue_files, segment_files
 
 from quorumq.errors import Error, QuorumqError
+from quorumq.store import codec
 
 
 def fill_master(store, seed: int) -> None:
@@ -149,5 +150,36 @@ def test_a_replica_can_begin_at_a_later_segment_and_keeps_it_across_a_restart(tm
     replica = open_store(tmp_path / "replica", consume_queue_entries_per_file=8)
     assert replica.min_offset == start and replica.max_offset == master.max_offset
     assert all(queue_bodies(replica, t, q) == expected[t, q] for t, q in expected)
+    master.close()
+    replica.close()
+
+
+def forged_record(topic: str, queue_id: int, commit_log_offset: int) -> bytes:
+    """A record as a fake master would stream it: framed and checksummed, naming any queue."""
+    body, topic_bytes = b"forged", topic.encode()
+    size = codec.record_size(topic_bytes, b"127.0.0.1:1", b"", body)
+    record = bytearray(size)
+    codec.encode_record(memoryview(record), 0, size, topic_bytes, queue_id, 0, 0, 0, b"127.0.0.1:1", 0, b"", body,
+                        commit_log_offset=commit_log_offset)
+    return bytes(record)
+
+
+@pytest.mark.parametrize("topic, queue_id, error", [
+    ("../../../../PWNED_RELATIVE", 0, Error.ILLEGAL_TOPIC), ("/tmp/PWNED_ABSOLUTE", 0, Error.ILLEGAL_TOPIC),
+    ("Orders\n", 0, Error.ILLEGAL_TOPIC), ("Orders", 5000, Error.BAD_REQUEST), ("Orders", -1, Error.BAD_REQUEST)])
+def test_a_replicated_record_naming_no_valid_queue_touches_no_file(tmp_path, topic, queue_id, error):
+    """A fake master's records are refused like a client's input: the replica creates nothing
+    outside (or inside) its store for them and keeps its log as it was."""
+    master = open_store(tmp_path / "master")
+    replica = open_store(tmp_path / "data" / "replica")
+    master.append([message(0)])
+    copy_raw(master, replica, 1 << 20)
+    end = replica.max_offset
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(QuorumqError) as refused:
+        replica.append_raw(end, forged_record(topic, queue_id, end))
+    assert refused.value.error is error
+    assert replica.max_offset == end
+    assert sorted(tmp_path.rglob("*")) == before
     master.close()
     replica.close()

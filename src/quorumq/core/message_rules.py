@@ -19,7 +19,7 @@ _checked_names: set[str] = set()  # names that passed: the rule is the same for 
 def check_name(name: str, error: Error, what: str) -> str:
     if name in _checked_names:
         return name
-    if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.match(name):
+    if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.fullmatch(name):  # `$` passes a final newline
         raise QuorumqError(error, f"{what} {name!r} must be 1..{limits.NAME_LENGTH_MAX} characters of "
                                   "%|a-zA-Z0-9_-")
     if len(_checked_names) >= limits.TOPICS_MAX:

@@ -30,6 +30,7 @@ from typing import Callable, Mapping, NoReturn, Sequence
 
 from quorumq import limits
 from quorumq.clock import Clock
+from quorumq.core.message_rules import check_name
 from quorumq.errors import Error, QuorumqError, write_error
 from quorumq.store import codec
 from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -367,8 +368,8 @@ class MessageStore:
         if not 0 < count <= limits.BATCH_MESSAGES_MAX:
             raise QuorumqError(Error.BATCH_TOO_LARGE,
                                f"{count} records in one append; 1..{limits.BATCH_MESSAGES_MAX} are allowed")
+        _check_queue_name(topic, queue_id)
         topic_bytes = topic.encode()
-        _check_queue_name(topic_bytes, queue_id)
         source = memoryview(records).cast("B")
         length = len(source)
         self._reserve(length)
@@ -641,6 +642,9 @@ class MessageStore:
 
     def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> None:
         fields = codec.dispatch_fields(view, position)
+        # A master's records are input like a client's: their topic and queue id name a directory,
+        # so a name like `../..` must stop replication before any file is touched.
+        _check_queue_name(fields.topic, fields.queue_id)
         queue = self._queue_for_append(fields.topic, fields.queue_id)
         if queue.next_offset == 0 and self.min_offset > 0:  # a log that began past its start
             queue.begin_at(fields.queue_offset)
@@ -1099,16 +1103,16 @@ def _reject(message: MessageIn, size: int, record_bytes_max: int) -> None:
     if size > record_bytes_max:
         raise QuorumqError(Error.MESSAGE_BODY_TOO_LARGE, f"a record of {size} bytes does not fit a segment "
                            f"(at most {record_bytes_max})")
-    _check_queue_name(message.topic.encode(), message.queue_id)
+    _check_queue_name(message.topic, message.queue_id)
     if len(message.born_host.encode()) > limits.HOST_LENGTH_MAX:
         raise QuorumqError(Error.BAD_REQUEST, f"born host longer than {limits.HOST_LENGTH_MAX} bytes")
     raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
                        f"properties longer than {limits.PROPERTIES_BYTES_MAX} bytes")
 
 
-def _check_queue_name(topic: bytes, queue_id: int) -> None:
-    if not 0 < len(topic) <= limits.NAME_LENGTH_MAX:
-        raise QuorumqError(Error.ILLEGAL_TOPIC, f"topic name must have 1 to {limits.NAME_LENGTH_MAX} bytes")
+def _check_queue_name(topic: str, queue_id: int) -> None:
+    """A queue's topic and id name its directory: RocketMQ's name rule keeps it inside the store."""
+    check_name(topic, Error.ILLEGAL_TOPIC, "topic")
     if not 0 <= queue_id < limits.QUEUES_PER_TOPIC_MAX:
         raise QuorumqError(Error.BAD_REQUEST, f"queue id {queue_id} outside 0..{limits.QUEUES_PER_TOPIC_MAX - 1}")
 
