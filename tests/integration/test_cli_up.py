@@ -16,7 +16,7 @@ def test_up_refuses_an_unknown_key_naming_it(tmp_path):
     result = cli("up", "--dir", tmp_path, "--set", "noSuchKey=1")
     assert result.returncode == 2
     assert "unknown config key 'noSuchKey'" in result.stderr
-    assert not (tmp_path / "cluster.json").exists()
+    assert not (tmp_path / "cluster.json").exists() and cluster.up.returncode == 1
 
 
 def test_up_refuses_keys_it_lays_out_and_bad_values(tmp_path):
@@ -150,11 +150,14 @@ def test_up_calls_a_replica_group_up_only_once_it_takes_a_send(start_cluster):
 
 def test_up_names_what_keeps_a_cluster_from_being_writable(tmp_path):
     """A group that can never meet its quorum: `up` gives up after its timeout, says why, writes no
-    cluster.json and leaves no process behind."""
+    cluster.json and exits 1 (it stops what it started on the way out)."""
     cluster = LocalCluster(tmp_path, replicas=2, sets={"brokerRole": "SYNC_MASTER", "inSyncReplicas": "3"})
     cluster.args += ["--timeout", "5"]
-    with pytest.raises(RuntimeError) as failed:
-        cluster.start()
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            cluster.start()
+    finally:
+        cluster.stop()
     assert "not writable within 5 s" in str(failed.value)
     assert "broker-a's master" in str(failed.value) and "refuses sends" in str(failed.value)
     assert not (tmp_path / "cluster.json").exists()
