@@ -6,17 +6,24 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline;
 # zookeeper: the controllers' consensus; openjdk-17-jre-headless: the JVM under ZooKeeper and PySpark).
+# nodejs and npm (for the official Node.js client the tests drive) are installed only when the `node`
+# or `npm` command is missing: a NodeSource nodejs brings its own npm and conflicts with Debian's.
 DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless
 SETUP_STAMP := $(VENV)/.setup-done
+# The official Node.js client, pinned in tests/node/package.json and its lock.
+NODE_DIR := tests/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run test chaos bench bench-replicas bench-failover bench-replicator clean
+.PHONY: setup run test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator clean
 
-setup: $(SETUP_STAMP)
+setup: $(SETUP_STAMP) $(NODE_STAMP)
 
 # Rebuilt when the pinned requirements or the package metadata change.
 $(SETUP_STAMP): requirements.txt pyproject.toml Makefile
 	@missing=""; \
 	command -v $(PYTHON_BASE) >/dev/null || missing="python3.11 python3.11-venv"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	for package in $(DEBIAN_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "ok installed" || missing="$$missing $$package"; \
 	done; \
@@ -27,6 +34,11 @@ $(SETUP_STAMP): requirements.txt pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+# Reinstalled exactly as locked when the lock changes (npm ci starts from an empty node_modules).
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json | $(SETUP_STAMP)
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 run: setup
@@ -42,8 +54,10 @@ FAULTS ?=
 COUNT ?= 1
 DURATION ?= 180
 PROFILE ?= durable
+WORKLOAD ?= W3
 chaos: setup
 	$(PY) tests/chaos/run.py $(if $(FAULTS),--faults $(FAULTS)) --count $(COUNT) --duration $(DURATION) --profile $(PROFILE) \
+		--workload $(WORKLOAD) \
 		--ledger tests/chaos/ledger.jsonl --keep run/chaos; \
 	status=$$?; $(PY) tests/chaos/report.py; exit $$status
 
@@ -53,6 +67,7 @@ bench: setup
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 	$(MAKE) --no-print-directory bench-replicas
 	$(MAKE) --no-print-directory bench-failover
+	$(MAKE) --no-print-directory bench-client-failover
 	$(MAKE) --no-print-directory bench-replicator
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
@@ -62,6 +77,10 @@ bench-replicas: setup
 # Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5 minutes).
 bench-failover: setup
 	$(PY) bench/bench_failover.py --runs 10 --stops 3 --handbacks 3
+
+# Controller mode through the official Python and Node.js clients: 10 master SIGKILLs (about 3 minutes).
+bench-client-failover: setup
+	$(PY) bench/bench_client_failover.py --runs 10
 
 # The Spark replicator against one Python process that pulls and sends (about 5 minutes).
 bench-replicator: setup

@@ -34,7 +34,8 @@ def main(cluster_file: str) -> int:
     print(f"demo: official rocketmq client against {access_point}, topic {topic}, group {group}")
     config = ClientConfiguration(access_point, Credentials(), request_timeout=5)
 
-    # A new group starts at the end of each queue, as in RocketMQ: subscribe before sending.
+    # Subscribe before sending: a new group reads a queue from its start only while the queue's
+    # first message is in memory (RocketMQ's rule), else from the end as of its first contact.
     consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
     producer = Producer(config, (topic,))
     consumer.startup()

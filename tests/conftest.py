@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import SMALL_MESSAGE_SIZE, LocalCluster
+from harness import SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer
 
 
 @pytest.fixture
@@ -84,3 +84,17 @@ def small_disk(tmp_path):
     yield mount
     for mount_point in mounted:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture
+def client_config(shared_cluster):
+    """The official Python client's configuration for the module's shared cluster."""
+    return configuration(shared_cluster)
+
+
+@pytest.fixture
+def producer(client_config):
+    """A started official Python Producer on the module's shared cluster, shut down after the test."""
+    producer = started_producer(client_config)
+    yield producer
+    producer.shutdown()

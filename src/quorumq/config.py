@@ -88,6 +88,9 @@ KEYS: dict[str, Key] = {
     "autoCreateTopicEnable": Key(_bool, True, B, live=True),
     "defaultTopicQueueNums": Key(int, 8, B, live=True),
     "longPollingEnable": Key(_bool, True, B),
+    # Where a new consumer group starts on a queue (core/group_start.py).
+    "initPopOffsetByCheckMsgInMem": Key(_bool, True, B, live=True),
+    "accessMessageInMemoryMaxRatio": Key(int, 40, B, live=True),  # percent of physical memory
     # Replication (RIP-34 quorum write; spec rocketmq-ha.md 1.1). The quorum keys apply to the next send.
     "totalReplicas": Key(int, 1, B),
     "inSyncReplicas": Key(int, 1, B, live=True),
@@ -111,7 +114,7 @@ KEYS: dict[str, Key] = {
     "syncFromLastFile": Key(_bool, False, B),
     "haMaxTimeSlaveNotCatchup": Key(int, 15_000, B, live=True),
     "brokerHeartbeatInterval": Key(int, 1000, B),
-    "controllerHeartBeatTimeoutMills": Key(int, 10_000, B),
+    "controllerHeartBeatTimeoutMills": Key(int, 10_000, B, live=True),  # each heartbeat carries it
     "syncBrokerMetadataPeriod": Key(int, 5000, B),
     "checkSyncStateSetPeriod": Key(int, 5000, B),
     # quorumq: how long a master fences writes while its preferred broker catches up before a hand-over.
@@ -132,7 +135,7 @@ KEYS: dict[str, Key] = {
 
 # Keys RocketMQ's broker or name server knows that quorumq does not use (yet): accepted, warned once.
 ROCKETMQ_KEYS_UNUSED = frozenset("""
-    accessMessageInMemoryMaxRatio aclEnable autoCreateSubscriptionGroup brokerTopicEnable
+    aclEnable autoCreateSubscriptionGroup brokerTopicEnable
     clientCallbackExecutorThreads clientManageThreadPoolNums clusterTopicEnable commitIntervalCommitLog
     consumerManageThreadPoolNums defaultQueryMaxNum deleteCommitLogFilesInterval
     deleteConsumeQueueFilesInterval destroyMapedFileIntervalForcibly enableCalcFilterBitMap
@@ -250,6 +253,8 @@ class Config:
             parse_delete_when(self._values["deleteWhen"])
         except ValueError as exc:
             raise QuorumqError(Error.CONFIG_INVALID, str(exc)) from None
+        if not 0 <= self._values["accessMessageInMemoryMaxRatio"] <= 100:
+            raise QuorumqError(Error.CONFIG_INVALID, "accessMessageInMemoryMaxRatio must lie in 0..100")
         queues = self._values["defaultTopicQueueNums"]
         if not 0 < queues <= limits.QUEUES_PER_TOPIC_MAX:
             raise QuorumqError(Error.CONFIG_INVALID,

@@ -13,7 +13,6 @@ NAME_LENGTH_MAX = 127
 NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
 
 # Messages.
-MESSAGE_BODY_BYTES_DEFAULT = 4 * MiB  # maxMessageSize
 MESSAGE_BODY_BYTES_CEILING = 64 * MiB  # the largest maxMessageSize a config may ask for
 PROPERTIES_BYTES_MAX = 32767  # RocketMQ stores the properties length in a short
 PROPERTY_COUNT_MAX = 128
@@ -22,6 +21,24 @@ KEY_LENGTH_MAX = 255
 KEYS_PER_MESSAGE_MAX = 32
 # Room kept in the properties for what the broker stores itself: message id, tag, keys.
 RESERVED_PROPERTIES_BYTES_MAX = TAG_LENGTH_MAX + KEY_LENGTH_MAX * (KEYS_PER_MESSAGE_MAX + 1) + 64
+
+# Receiving. gRPC refuses an incoming message above 4 MiB unless the receiver raises its limit; the
+# official Node.js, C# and Rust clients keep that default (Java, Go, C++ and Python lift it). One
+# ReceiveMessage response carries one message, so that message's whole answer must fit.
+RECEIVE_ANSWER_BYTES_MAX = 4 * MiB
+# Every byte of a record's stored properties ("name\x01value\x02") becomes at most 3 bytes of the
+# answer: a map entry adds 4 bytes of tags and lengths to its 2 separators, a key 2 bytes to its
+# 1-byte space, and longer values longer lengths, never more than 3 per byte.
+ANSWER_PROPERTIES_BYTES_MAX = 3 * PROPERTIES_BYTES_MAX
+# The rest of the answer around the body and properties: topic, hosts, digest, receipt handle,
+# timestamps, ids and the fields' tags and lengths (under 1 KiB at their longest; see the unit test).
+ANSWER_FIELDS_BYTES_MAX = 2 * KiB
+# maxMessageSize: the largest body whose one-message answer, with the largest properties a record
+# may hold, fits RECEIVE_ANSWER_BYTES_MAX, so every official client can receive whatever the broker
+# accepts (4,093,955 bytes; with RocketMQ's 4 MiB every answer passed 4 MiB by its other fields).
+MESSAGE_BODY_BYTES_DEFAULT = RECEIVE_ANSWER_BYTES_MAX - ANSWER_PROPERTIES_BYTES_MAX - ANSWER_FIELDS_BYTES_MAX
+# x-mq-language of the official clients that lift gRPC's limit: any answer reaches them.
+UNLIMITED_RECEIVE_LANGUAGES = frozenset({"JAVA", "GOLANG", "CPP", "PYTHON"})
 
 # One SendMessage request.
 BATCH_MESSAGES_MAX = 1024
@@ -99,11 +116,22 @@ CONTROLLER_ADDRESSES_MAX = 9  # controllerAddr entries a broker tries
 BROKERS_PER_SET_MAX = 32  # broker ids one broker set may hold
 HA_RECONNECT_BACKOFF_S_MIN = 0.05  # a slave's first retry after losing its master
 HA_RECONNECT_BACKOFF_S_MAX = 5.0
+# HTTP/2 keepalive between brokers and controllers: the controller pings a broker's heartbeat
+# stream, a broker the connection of its calls to a controller. A peer whose process is stopped or
+# whose machine hangs keeps its TCP connection open, so only an unanswered ping finds it: within
+# keepalive time + timeout (about 2.5 s) rather than the 10 s of controllerHeartBeatTimeoutMills.
+# gRPC answers pings from its own threads, not the Python event loop, so a busy process answers.
+CONTROLLER_KEEPALIVE_TIME_MS = 1000  # a ping after 1 s without incoming data (gRPC's floor for a client's pings)
+CONTROLLER_KEEPALIVE_TIMEOUT_MS = 1500  # unanswered this long, the connection ends: room for a loaded machine
+# The controllers' server accepts a ping this soon after the last one (gRPC: 5 min, then GOAWAY
+# too_many_pings): half the brokers' ping interval, so their timers' jitter never counts as abuse.
+CONTROLLER_PING_INTERVAL_MIN_MS = CONTROLLER_KEEPALIVE_TIME_MS // 2
 
 assert REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT <= REPLICATION_TRANSFER_BATCH_BYTES_MAX
 assert REPLICATION_FRAME_DATA_BYTES_MAX < 1 << 32  # the frame's data length is a u32
 assert HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT < HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT
 assert HA_RECONNECT_BACKOFF_S_MIN < HA_RECONNECT_BACKOFF_S_MAX
+assert CONTROLLER_PING_INTERVAL_MIN_MS < CONTROLLER_KEEPALIVE_TIME_MS
 
 # Replicator (the Spark source and sink, and its jobs).
 REPLICATOR_PULL_BATCH = 1024  # messages one pull of the source asks for (at most PULL_BATCH_MAX)

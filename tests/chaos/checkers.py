@@ -79,14 +79,19 @@ def inconsistent_offsets(records: list[dict], final: FinalRead) -> Result:
 
 
 def duplicates(records: list[dict], final: FinalRead, final_master: str) -> Result:
-    """C4: a value stored twice is explained only by a send of it that was made again: after an
-    unknown or failed outcome, or inside the client after a request got no answer (its result
-    counts the attempts); any other duplicate is a failure."""
+    """C4: every copy of a value past its first in the final master counts ("duplicates"). One is
+    explained only by a send of the value that was made again as a new message: after an unknown
+    or failed outcome, or inside the client after a request got no answer (its result counts the
+    attempts). An idempotent producer's resends (W3) keep the message id, so none of its values
+    may be stored twice; any other duplicate is a failure."""
+    idempotent = {r["value"] for r in records if r["f"] == "send" and r["type"] == "invoke" and r.get("idempotent")}
     retried = {r["value"] for r in records if r["f"] == "send"
-               and (r["type"] in ("info", "fail") or r.get("attempts", 1) > 1)}
-    twice = {value for value, places in _stored(final[final_master]).items() if len(places) > 1}
+               and (r["type"] in ("info", "fail") or r.get("attempts", 1) > 1)} - idempotent
+    stored = _stored(final[final_master])
+    twice = {value for value, places in stored.items() if len(places) > 1}
     unexplained = twice - retried
-    return Result("C4 duplicates", {"explained": len(twice & retried), "unexplained": len(unexplained)},
+    return Result("C4 duplicates", {"duplicates": sum(len(stored[value]) - 1 for value in twice),
+                                    "explained": len(twice & retried), "unexplained": len(unexplained)},
                   ("unexplained",), _examples(unexplained))
 
 

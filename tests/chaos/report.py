@@ -29,16 +29,20 @@ def _seconds(value: float | None) -> str:
 
 
 def table(runs: list[dict]) -> str:
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for run in runs:
-        groups[run["fault"], run["profile"]].append(run)
+        groups[run["fault"], run["profile"], run.get("workload", "W1")].append(run)  # W3 came later
     lines = ["| fault | settings | runs | seconds each | faults injected | acknowledged | lost | "
-             "unexplained duplicates | order violations | commits checked | commits moved back | failed runs | "
+             "duplicates (unexplained) | order violations | commits checked | commits moved back | failed runs | "
              "worst fault -> next ack | worst heal -> drained |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
+    for (fault, profile, workload), group in sorted(groups.items(),
+                                                    key=lambda item: (int(item[0][0][1:]), *item[0][1:])):
         lost = sum(check_count(r, "C1 lost", "lost") for r in group)
-        duplicates = sum(check_count(r, "C4 duplicates", "unexplained") for r in group)
+        unexplained = sum(check_count(r, "C4 duplicates", "unexplained") for r in group)
+        # Every copy past the first; runs before it was counted give the values stored twice.
+        duplicates = sum(check_count(r, "C4 duplicates", "duplicates") or check_count(r, "C4 duplicates", "explained")
+                         + check_count(r, "C4 duplicates", "unexplained") for r in group)
         order = sum(check_count(r, "C5 order", "acks out of order") + check_count(r, "C5 order", "stored out of order")
                     for r in group)
         commits = sum(check_count(r, "C6 commits", "acknowledged commits") for r in group)
@@ -46,8 +50,8 @@ def table(runs: list[dict]) -> str:
         durations = sorted({r["duration_s"] for r in group})
         worst = _worst(group, "fault_to_ack_max_s")
         drain = _worst(group, "heal_to_drain_s")
-        lines.append(f"| {fault} | {profile} | {len(group)} | {'/'.join(f'{d:g}' for d in durations)} | "
-                     f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | {lost} | {duplicates} | "
+        lines.append(f"| {fault} | {profile}, {workload} | {len(group)} | {'/'.join(f'{d:g}' for d in durations)} | "
+                     f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | {lost} | {duplicates} ({unexplained}) | "
                      f"{order} | {commits:,} | {moved_back} | {sum(not r['ok'] for r in group)} | {_seconds(worst)} | {_seconds(drain)} |")
     return "\n".join(lines)
 

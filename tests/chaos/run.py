@@ -1,9 +1,10 @@
-"""One seeded chaos run: a controller-mode group of three brokers under the W1 send and W2 consume
-workloads (for F14: W1, one W2 group and W5, the replicator to a standby) and one fault kind of
-the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
+"""One seeded chaos run: a controller-mode group of three brokers under the W3 send (idempotent
+producers; W1, plain ones, with --workload W1) and W2 consume workloads (for F14: the producers,
+one W2 group and W5, the replicator to a standby) and one fault kind of the B5 matrix, then
+healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
-        [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
+        [--workload W1] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
 
 Every run keeps its history, verdict and logs under its directory and prints the seed that replays
 its fault schedule; with --ledger each run appends one line to the ledger docs/reliability.md is
@@ -50,6 +51,7 @@ PROFILES = {
     "weak": {**SETS, "flushDiskType": "ASYNC_FLUSH", "allAckInSyncStateSet": "false",
              "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true"},
 }
+WORKLOADS = ("W3", "W1")  # the producers: idempotent resends (same message id and queue), or plain ones
 
 
 @dataclass
@@ -58,13 +60,15 @@ class RunResult:
     seed: int
     duration_s: float
     profile: str
+    workload: str
     directory: Path
     ok: bool
     rows: dict[str, object] = field(default_factory=dict)
     table: str = ""
 
 
-def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str = "durable") -> RunResult:
+def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str = "durable",
+        workload: str = "W3") -> RunResult:
     """One run. The verdict is in the result; it raises when the group cannot be made whole again
     after healing (itself a failure of the run)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -72,7 +76,7 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     mounted = mount_small_disks(stores) if fault in ("F8", COMBINED) else []
     kept = directory / "kept-stores"
     try:
-        result = _run(fault, seed, duration_s, directory, profile, mounted, kept)
+        result = _run(fault, seed, duration_s, directory, profile, workload, mounted, kept)
     finally:
         unmount(mounted)
     if result.ok:
@@ -80,8 +84,8 @@ def run(fault: str, seed: int, duration_s: float, directory: Path, profile: str 
     return result
 
 
-def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str, mounted: list[Path],
-         kept: Path) -> RunResult:
+def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str, workload: str,
+         mounted: list[Path], kept: Path) -> RunResult:
     history_path = directory / "history.jsonl"
     history = History(history_path)
     base_port = free_base_port()
@@ -95,7 +99,7 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
                                base_port=base_port, broker_sets=network.broker_sets(),
                                zookeepers=3 if fault in ENSEMBLE_FAULTS else 1)
         try:
-            outcome = exercise(cluster, network, fault, seed, duration_s, history, directory)
+            outcome = exercise(cluster, network, fault, seed, duration_s, history, directory, workload)
         finally:
             cluster.stop()
             # The small disks are tmpfs: a copy of each store as the brokers left it (the final
@@ -115,7 +119,7 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
         history.close()
     records = read_history(history_path)
     results = check_all(records, final, final_offsets, final_master, in_sync, facts)
-    rows = {"fault": fault, "seed": seed, "profile": profile, "duration_s": duration_s,
+    rows = {"fault": fault, "seed": seed, "profile": profile, "workload": workload, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
     if outcome.standby is not None:
         source = final[final_master]
@@ -126,7 +130,7 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     (directory / "verdict.txt").write_text(table + "\n")
     rows["checks"] = {result.name: result.counts for result in results}
     (directory / "verdict.json").write_text(json.dumps({**rows, "ok": ok}, indent=2) + "\n")
-    return RunResult(fault, seed, duration_s, profile, directory, ok, rows, table)
+    return RunResult(fault, seed, duration_s, profile, workload, directory, ok, rows, table)
 
 
 @dataclass
@@ -142,7 +146,7 @@ class Outcome:
 
 
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
-             history: History, directory: Path) -> Outcome:
+             history: History, directory: Path, workload: str) -> Outcome:
     """Start the cluster, run the workloads under the nemesis, heal, let the group become whole
     and stop its brokers. F14 runs the replicator to a standby beside the producers, and one
     consumer group of two whose offsets it translates (two clusters and a Spark driver fill the
@@ -156,7 +160,8 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         access_point = cluster.info["access_point"]
         consumers = Consumers(access_point, TOPIC, QUEUES, history, groups=1 if fault == PIPELINE else 2)
-        workloads = [Producers(access_point, TOPIC, history), consumers]
+        producers = Producers(access_point, TOPIC, history, queues=QUEUES if workload == "W3" else None)
+        workloads = [producers, consumers]
         if fault == PIPELINE:
             standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
             standby.start()
@@ -244,6 +249,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of faults per run")
     parser.add_argument("--seed", type=int, help="the first run's seed (default: random); the next add 1")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="durable")
+    parser.add_argument("--workload", choices=WORKLOADS, default=WORKLOADS[0], help="the producers' workload")
     parser.add_argument("--ledger", type=Path, help="append each run's verdict to this JSON-lines file")
     parser.add_argument("--keep", type=Path, help="where runs keep their histories and logs (default: a temp dir)")
     opts = parser.parse_args()
@@ -258,11 +264,12 @@ def main() -> int:
         for fault in faults:
             directory = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{fault}-{seed}"
             try:
-                result = run(fault, seed, opts.duration, directory, opts.profile)
+                result = run(fault, seed, opts.duration, directory, opts.profile, opts.workload)
                 rows, ok = result.rows, result.ok
                 print(result.table, flush=True)
             except Exception as error:  # the group never became whole again: a failed run
-                rows = {"fault": fault, "seed": seed, "profile": opts.profile, "duration_s": opts.duration,
+                rows = {"fault": fault, "seed": seed, "profile": opts.profile, "workload": opts.workload,
+                        "duration_s": opts.duration,
                         "error": f"{type(error).__name__}: {error}"}
                 ok = False
                 print(f"{fault} seed {seed}: {rows['error']}", flush=True)

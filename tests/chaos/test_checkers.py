@@ -77,13 +77,26 @@ def test_an_acknowledged_offset_holding_another_value_is_inconsistent():
 def test_a_duplicate_is_explained_only_by_a_retried_send():
     retried = history(unknown("p0", "p0-0"), ok("p0", "p0-0", Q0, 1))
     final = {"m": {Q0: [(0, "p0-0"), (1, "p0-0")]}}
-    assert duplicates(retried, final, "m").counts == {"explained": 1, "unexplained": 0}
+    assert duplicates(retried, final, "m").counts == {"duplicates": 1, "explained": 1, "unexplained": 0}
     once = history(ok("p0", "p0-0", Q0, 1))
     result = duplicates(once, final, "m")
     assert not result.ok and result.counts["unexplained"] == 1
     resent = history(ok("p0", "p0-0", Q0, 1))  # the client sent it twice: its first request got no answer
     resent[-1]["attempts"] = 2
-    assert duplicates(resent, final, "m").counts == {"explained": 1, "unexplained": 0}
+    assert duplicates(resent, final, "m").counts == {"duplicates": 1, "explained": 1, "unexplained": 0}
+
+
+def test_every_copy_counts_and_an_idempotent_producer_s_duplicate_is_never_explained():
+    """W3: a value resent with its message id must be stored once, whatever the outcomes were."""
+    thrice = {"m": {Q0: [(0, "p0-0"), (1, "p0-0"), (2, "p0-0")]}}
+    retried = history(unknown("p0", "p0-0"), ok("p0", "p0-0", Q0, 0))
+    assert duplicates(retried, thrice, "m").counts == {"duplicates": 2, "explained": 1, "unexplained": 0}
+    for record in retried:
+        if record["type"] == "invoke":
+            record["idempotent"] = True
+    result = duplicates(retried, thrice, "m")
+    assert not result.ok and result.counts == {"duplicates": 2, "explained": 0, "unexplained": 1}
+    assert duplicates(retried, {"m": {Q0: [(0, "p0-0")]}}, "m").ok
 
 
 def test_acknowledged_offsets_going_back_within_a_queue_break_order():

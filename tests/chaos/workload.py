@@ -2,6 +2,8 @@
 the history (invoke, then ok, fail or info) so the checkers can judge the cluster:
 
 - W1, producers that send unique values, one send in flight each;
+- W3, the same producers made idempotent: a value keeps its message id and its queue when it is
+  sent again after an unknown outcome, until it is acknowledged, so it must be stored once;
 - W2, consumer groups that pull, commit after processing and are rebalanced now and then."""
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import itertools
 import threading
 import time
+import uuid
 
 from history import History
 from quorumq.client import ClientError, Message, Producer, PullConsumer
@@ -58,32 +61,45 @@ class Workload:
 
 class Producers(Workload):
     """W1: `count` producers; each sends `p<i>-<seq>` values one at a time, every `pause_s`, and
-    sends a value again once after an unknown outcome."""
+    sends a value again once after an unknown outcome, as a new message (a new id).
+
+    W3 (`queues` given): producer i sends to queue i % queues, each value with a message id of
+    the producer's id and the sequence, and sends it again with that id after each unknown
+    outcome (pausing RETRY_PAUSE_S) until it is acknowledged or refused: the broker stores it once.
+    Its sends are recorded `idempotent`, so C4 allows none of its values twice."""
 
     def __init__(self, access_point: str, topic: str, history: History, count: int = 4,
-                 pause_s: float = 0.02) -> None:
+                 pause_s: float = 0.02, queues: int | None = None) -> None:
         super().__init__("producers")
         self.access_point, self.topic, self.history = access_point, topic, history
-        self.count, self.pause_s = count, pause_s
+        self.count, self.pause_s, self.queues = count, pause_s, queues
 
     async def _run(self) -> None:
-        await asyncio.gather(*(self._produce(f"p{index}") for index in range(self.count)))
+        await asyncio.gather(*(self._produce(f"p{index}", index) for index in range(self.count)))
 
-    async def _produce(self, name: str) -> None:
+    async def _produce(self, name: str, index: int) -> None:
+        producer_id = uuid.uuid4().hex[:16].upper()
+        queue_id = None if self.queues is None else index % self.queues
         async with Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S) as producer:
             sequence = 0
             while not self._stop.is_set():
                 value = f"{name}-{sequence}"
-                if not await self._send(producer, name, value):
-                    await self._send(producer, name, value)  # the retry C4 allows to duplicate
+                if queue_id is None:
+                    if not await self._send(producer, name, Message(value.encode())):
+                        await self._send(producer, name, Message(value.encode()))  # the retry C4 allows to duplicate
+                else:
+                    message = Message(value.encode(), message_id=f"{producer_id}{sequence:016X}")
+                    while not await self._send(producer, name, message, queue_id) and not self._stop.is_set():
+                        await asyncio.sleep(RETRY_PAUSE_S)
                 sequence += 1
                 await asyncio.sleep(self.pause_s)
 
-    async def _send(self, producer: Producer, name: str, value: str) -> bool:
+    async def _send(self, producer: Producer, name: str, message: Message, queue_id: int | None = None) -> bool:
         """One send, recorded; whether it was acknowledged or definitely refused."""
-        op = self.history.invoke(name, "send", value)
+        value = message.body.decode()
+        op = self.history.invoke(name, "send", value, **({} if queue_id is None else {"idempotent": True}))
         try:
-            result = (await producer.send_batch(self.topic, [Message(value.encode())]))[0]
+            result = (await producer.send_batch(self.topic, [message], queue_id))[0]
         except ClientError as error:
             if error.name in DEFINITE_REFUSALS:
                 self.history.fail(op, error.name)

@@ -29,9 +29,9 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
 from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
-from harness import (check_for, cli, log_end, log_since, pid_alive, start_process, stop_process,
+from harness import (check_for, cli, free_base_port, log_end, log_since, pid_alive, start_process, stop_process,
                      v5_message, v5_send)
-from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer
+from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer, SendResult
 from quorumq.controller.server import NEW_LEADER_GRACE_S
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
 
@@ -94,6 +94,43 @@ def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
     assert set(acknowledged) <= set(group.bodies(topic))
     check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
               == group.status(new_master)["commitLogMaxOffset"], "the old master caught up")
+
+
+def test_a_v5_resend_to_the_new_master_is_answered_from_the_copy_the_old_one_stored(group):
+    """Issue 18: the official client resends with the same message id when an answer is lost. A
+    master elected after its predecessor's SIGKILL rebuilds its recent ids from its log, so the
+    resend gets the stored copy's queue offset and the message is read back once."""
+    topic = group.new_topic()
+    message = v5_message(topic, b"once", message_id=uuid.uuid4().hex.upper())
+    old_master = group.master()
+    [first] = v5_send(old_master["address"], message).entries
+    assert first.status.message.startswith(SEND_OK)
+    stop_process(old_master, signal.SIGKILL)
+    new_master = group.master()
+
+    def resent():
+        [entry] = v5_send(new_master["address"], message).entries
+        return entry if entry.status.message.startswith(SEND_OK) else None
+    again = check_for(FAILOVER_S, 0.05, resent, "the resend acknowledged by the new master")
+    assert (again.message_id, again.offset) == (first.message_id, first.offset)
+    assert group.bodies(topic) == [b"once"]
+
+
+def test_a_send_batch_resent_to_the_new_master_is_answered_from_the_copy_the_old_one_stored(group):
+    """Issue 18: the same for quorumq's producer, whose SendBatch request id is its first message's
+    id: messages sent again with their ids after the master's SIGKILL keep their offsets."""
+    topic = group.new_topic()
+    batch = [Message(f"b{index}".encode(), message_id=uuid.uuid4().hex.upper()) for index in range(3)]
+    first = group.producer.send_batch(topic, batch, queue_id=0)
+    assert [(r.status, r.queue_offset) for r in first] == [(SEND_OK, 0), (SEND_OK, 1), (SEND_OK, 2)]
+    stop_process(group.master(), signal.SIGKILL)
+
+    def resent():
+        results = group.producer.send_batch(topic, batch, queue_id=0)
+        return results if all(r.status == SEND_OK for r in results) else None
+    again = check_for(FAILOVER_S, 0.05, resent, "the resend acknowledged by the new master")
+    assert [r.queue_offset for r in again] == [0, 1, 2]
+    assert group.bodies(topic) == [b"b0", b"b1", b"b2"]
 
 
 def test_an_acknowledged_commit_survives_the_masters_sigkill(group):
@@ -396,15 +433,24 @@ def test_the_controller_leader_dies_and_the_other_serves_the_same_state(group):
 
 def test_a_frozen_controller_leader_is_left_and_the_other_elects(group):
     """A controller leader that freezes (SIGSTOP: its sockets stay open, as with a machine that
-    hangs) loses ZooKeeper and the other leads. The brokers' heartbeat streams to the frozen one
-    never end by themselves: they used to hang there, the new leader heard no broker, and a
-    master that died then was never replaced. A broker moves its stream once a call finds
-    another controller leading."""
+    hangs) loses ZooKeeper and the other leads. The brokers leave the frozen one within seconds
+    of its freeze, as soon as its keepalive pings go unanswered while the other controller
+    answers, even before the other leads (here ZooKeeper is paused meanwhile, so it cannot);
+    issue 18: they used to stay until a call found another controller leading. Then they
+    heartbeat to the new leader, which replaces a master that dies."""
     leader_address = group.admin_json("getControllerMetaData")["leader"]
     leader = next(c for c in group.controllers if c["address"] == leader_address)
     topic = group.new_topic()
+    logged = {broker["log"]: log_end(broker) for broker in group.brokers}
     os.kill(leader["pid"], signal.SIGSTOP)
+    os.kill(group.zookeeper["pid"], signal.SIGSTOP)
     try:
+        try:
+            check_for(6.0, 0.1, lambda: all(f"controller {leader_address} does not answer pings: moving"
+                                            in log_since(broker, logged[broker["log"]]) for broker in group.brokers),
+                      "every broker leaving the frozen leader")
+        finally:
+            os.kill(group.zookeeper["pid"], signal.SIGCONT)
         check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"]
                   not in ("", leader_address), "another controller leads")
         master = group.master()
@@ -413,6 +459,60 @@ def test_a_frozen_controller_leader_is_left_and_the_other_elects(group):
         assert group.master() is not master
     finally:
         os.kill(leader["pid"], signal.SIGCONT)
+
+
+def test_a_frozen_master_is_replaced_well_before_the_heartbeat_timeout(group):
+    """Issue 18: a master that freezes (SIGSTOP: its connections stay open) is found by the
+    controller's unanswered keepalive ping, not by controllerHeartBeatTimeoutMills: with RocketMQ's
+    10 s, a send is acknowledged by a new master of a newer epoch well within 10 s (it took 10 to
+    15 s)."""
+    topic = group.new_topic()
+    for broker in group.brokers:  # the next heartbeat carries it to the controller
+        group.admin.update_broker_config("controllerHeartBeatTimeoutMills", "10000", address=broker["address"])
+    epoch = group.replica_info()["master_epoch"]
+    master = group.master()
+    # A send hung on the frozen master gives up after 1 s and goes to a fresh route.
+    with Blocking(Producer, group.cluster["access_point"], timeout_s=1.0) as producer:
+        def sent() -> SendResult | None:
+            try:
+                result = producer.send(topic, Message(b"frozen"), queue_id=0)
+            except ClientError:
+                return None
+            return result if result.status == SEND_OK else None
+
+        assert sent()
+        os.kill(master["pid"], signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        try:
+            result = check_for(6.0, 0.05, sent, "a send acknowledged by a new master")
+            assert time.monotonic() - frozen_at < 6.0
+            assert result.master_epoch > epoch and group.master() is not master
+        finally:
+            os.kill(master["pid"], signal.SIGCONT)
+            for broker in group.brokers:
+                group.admin.update_broker_config("controllerHeartBeatTimeoutMills",
+                                                 SETS["controllerHeartBeatTimeoutMills"], address=broker["address"])
+
+
+def test_a_controller_that_knows_no_leader_passes_the_question_on(group, tmp_path):
+    """Issue 18: getControllerMetaData given first a controller that knows no leader (its ZooKeeper
+    is unreachable) asks the next one and names the leader; it used to take that controller's
+    empty answer as the leader's."""
+    port = free_base_port(2)  # the controller's and, with nothing listening, its ZooKeeper's
+    config = tmp_path / "controller.conf"
+    config.write_text(f"listenPort={port}\nzookeeperAddress=127.0.0.1:{port + 1}\nzookeeperRoot=/nowhere\n")
+    lone = {"kind": "controller", "config": str(config), "log": str(tmp_path / "controller.log")}
+    start_process(lone)
+    try:
+        lone_address = f"127.0.0.1:{port}"
+        assert check_for(SETTLE_S, 0.2, lambda: cli("admin", "getControllerMetaData", "-a", lone_address, "--json")
+                         .returncode == 0, "the lone controller answers")
+        leader = group.admin_json("getControllerMetaData")["leader"]
+        result = cli("admin", "getControllerMetaData", "-a", f"{lone_address};{group.controller_addresses}", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["leader"] == leader != ""
+    finally:
+        stop_process(lone, signal.SIGKILL)
 
 
 def test_zookeeper_paused_keeps_the_data_path_and_changes_no_role(group):

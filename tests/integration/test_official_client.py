@@ -7,18 +7,7 @@ import pytest
 
 from harness import (check_for, configuration, official_message, receive_all, restart_process, simple_consumer,
                      started_producer, wait_registered)
-
-
-@pytest.fixture
-def client_config(shared_cluster):
-    return configuration(shared_cluster)
-
-
-@pytest.fixture
-def producer(client_config):
-    producer = started_producer(client_config)
-    yield producer
-    producer.shutdown()
+from quorumq import limits
 
 
 def test_send_receive_ack(client_config, producer):
@@ -128,7 +117,7 @@ def test_body_of_max_message_size_round_trips(client_config, producer):
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G6", topic)
     try:
-        body = bytes(range(256)) * (4 * 1024 * 1024 // 256)
+        body = (bytes(range(256)) * (limits.MESSAGE_BODY_BYTES_DEFAULT // 256 + 1))[:limits.MESSAGE_BODY_BYTES_DEFAULT]
         receipt = producer.send(official_message(topic, body))
         [message] = receive_all(consumer, 1)
         assert message.message_id == receipt.message_id and message.body == body and not message.corrupted

@@ -420,7 +420,7 @@ def test_consumers_keep_reading_from_the_acting_slave_when_the_master_is_gone(st
         consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=1)
         consumer.startup()
         try:
-            # A new group starts at its first contact: make it before the sends.
+            # The group's first receive, before the sends, fixes its start: offset 0 of the empty queue.
             assert consumer.receive(1, 60) == []
             with Blocking(Producer, cluster["access_point"]) as producer:
                 results = producer.send_batch(topic, [Message(body) for body in bodies], queue_id=0)

@@ -224,7 +224,7 @@ def small_standby_messages(clusters):
         try:
             yield
         finally:
-            admin.update_broker_config("maxMessageSize", str(4 * 1024 * 1024))
+            admin.update_broker_config("maxMessageSize", str(limits.MESSAGE_BODY_BYTES_DEFAULT))
 
 
 POISON = (5, 12)  # offsets of queue 0 with bodies the standby refuses

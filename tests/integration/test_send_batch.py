@@ -10,7 +10,7 @@ import uuid
 import grpc
 import pytest
 
-from harness import SMALL_MESSAGE_SIZE
+from harness import SMALL_MESSAGE_SIZE, start_process, stop_process, wait_registered
 from quorumq.client import Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
@@ -30,11 +30,11 @@ def new_topic() -> str:
     return f"S{uuid.uuid4().hex[:10]}"
 
 
-def records(topic: str, queue_id: int, *bodies: bytes) -> bytes:
+def records(topic: str, queue_id: int, *bodies: bytes, id_prefix: str = "ID") -> bytes:
     """Records as the producer encodes them: the broker fills in the offsets and store time."""
     encoded = b""
     for index, body in enumerate(bodies):
-        properties = codec.encode_properties({"UNIQ_KEY": f"ID{index}"})
+        properties = codec.encode_properties({"UNIQ_KEY": f"{id_prefix}{index}"})
         size = codec.record_size(topic.encode(), b"127.0.0.1", properties, body)
         record = bytearray(size)
         codec.encode_record(memoryview(record), 0, size, topic.encode(), queue_id, 0, 0, 1, b"127.0.0.1", 0,
@@ -64,6 +64,24 @@ def test_a_resent_request_is_answered_from_the_first_copy(writer):
     other = send(writer, topic, 0, records(topic, 0, b"c"), 1)
     assert [(r.status, r.first_queue_offset, r.count) for r in (first, resent, other)] == [
         ("SEND_OK", 0, 2), ("SEND_OK", 0, 2), ("SEND_OK", 2, 1)]  # stored once: the next send is at 2
+
+
+def test_a_resend_after_a_restart_is_answered_from_the_copy_in_the_log(writer, small_message_cluster):
+    """A master opening its store rebuilds its recent ids from the log: a SendBatch whose answer
+    was lost with the process (SIGKILL) is resent, request id = its first record's id, to the
+    restarted broker and answered with the first copy's offset; nothing is stored twice."""
+    topic, prefix = new_topic(), uuid.uuid4().hex.upper()
+    request = pb.SendBatchRequest(topic=topic, queue_id=0, records=records(topic, 0, b"a", b"b", id_prefix=prefix),
+                                  count=2, request_id=f"{prefix}0")
+    first = writer.SendBatch(request, timeout=10)
+    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
+    stop_process(broker, signal.SIGKILL)
+    start_process(broker)
+    wait_registered(small_message_cluster)
+    resent = writer.SendBatch(request, timeout=10)
+    other = send(writer, topic, 0, records(topic, 0, b"c", id_prefix=prefix + "-"), 1)
+    assert [(r.status, r.first_queue_offset, r.count) for r in (first, resent, other)] == [
+        ("SEND_OK", 0, 2), ("SEND_OK", 0, 2), ("SEND_OK", 2, 1)]
 
 
 async def test_the_producer_sends_records_that_read_back_in_order(small_message_cluster):

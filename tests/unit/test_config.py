@@ -34,7 +34,8 @@ def test_key_of_another_kind_is_only_warned():
 
 def test_bad_values_are_rejected():
     for key, value in (("brokerRole", "MASTER"), ("listenPort", "x"), ("autoCreateTopicEnable", "yes"),
-                       ("deleteWhen", "25"), ("maxMessageSize", "0")):
+                       ("deleteWhen", "25"), ("maxMessageSize", "0"), ("accessMessageInMemoryMaxRatio", "101"),
+                       ("initPopOffsetByCheckMsgInMem", "1")):
         with pytest.raises(QuorumqError):
             Config(Kind.BROKER, {key: value})
 

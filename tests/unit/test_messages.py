@@ -1,11 +1,16 @@
-"""What the v5 endpoint accepts from a producer, and the stable error for each rule it breaks."""
+"""What the v5 endpoint accepts from a producer, and the stable error for each rule it breaks; the
+size of what it answers a receive with."""
 
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq import limits
+from quorumq.broker.consumers import encode_handle
+from quorumq.core import properties
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
+from quorumq.store import StoredMessage, codec
 
 
 def message(**system):
@@ -68,3 +73,57 @@ def test_tag_filter():
     assert messages.tag_filter(v5.FilterExpression(type=v5.FilterType.TAG, expression="a || b")) == {"a", "b"}
     with pytest.raises(QuorumqError):
         messages.tag_filter(v5.FilterExpression(type=v5.FilterType.SQL, expression="a > 1"))
+
+
+def largest_answer(props: dict[str, str], body_bytes: int) -> int:
+    """The answer size of a stored message with these properties and every other field at its longest."""
+    assert len(codec.encode_properties(props)) <= limits.PROPERTIES_BYTES_MAX
+    host = "h" * limits.HOST_LENGTH_MAX
+    stored = StoredMessage(
+        topic="%".join(["n" * limits.NAME_LENGTH_MAX] * 2), queue_id=limits.QUEUES_PER_TOPIC_MAX - 1,
+        queue_offset=2**63 - 1, commit_log_offset=0, store_size=0, flag=0, sys_flag=0,
+        born_timestamp_ms=2**62, born_host=host, store_timestamp_ms=2**62, store_host=host, reconsume_times=0,
+        properties=props, body=b"x" * body_bytes)
+    message = messages.outgoing(stored, delivery_attempt=2**31 - 1)
+    message.system_properties.receipt_handle = encode_handle(limits.QUEUES_PER_TOPIC_MAX - 1, 2**63 - 1, 2**63 - 1)
+    message.system_properties.invisible_duration.FromSeconds(int(limits.INVISIBLE_SECONDS_MAX))
+    size = messages.answer_bytes(message)
+    assert size == v5s.ReceiveMessageResponse(message=message).ByteSize()
+    return size
+
+
+def tiny_pairs() -> dict[str, str]:
+    """As many pairs as the encoded properties hold: hex names, empty values."""
+    props, size = {}, 0
+    while size + len(f"{len(props):x}") + 2 <= limits.PROPERTIES_BYTES_MAX:
+        size += len(f"{len(props):x}") + 2
+        props[f"{len(props):x}"] = ""
+    return props
+
+
+# The worst shapes for the answer: the most pairs (tiny ones), the most keys (empty ones), one
+# huge value, and what the official client can send at most (127 user properties, tag, 32 keys).
+WORST_PROPERTIES = {
+    "tiny pairs": tiny_pairs(),
+    "empty keys": {properties.KEYS: " " * (limits.PROPERTIES_BYTES_MAX - 7)},
+    "one value": {"k": "v" * (limits.PROPERTIES_BYTES_MAX - 4)},
+    "client maximum": {properties.MESSAGE_ID: "I" * 255, properties.TAGS: "T" * limits.TAG_LENGTH_MAX,
+                       properties.KEYS: " ".join(["K" * 254] * limits.KEYS_PER_MESSAGE_MAX),
+                       **{f"{index:03d}": "v" * 180 for index in range(127)}},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(WORST_PROPERTIES))
+def test_the_default_body_size_fits_a_receive_answer_with_the_largest_properties(shape):
+    # The bound behind maxMessageSize's default: properties at most 3 bytes per stored byte, the
+    # other fields within ANSWER_FIELDS_BYTES_MAX.
+    props = WORST_PROPERTIES[shape]
+    bare = largest_answer({}, limits.MESSAGE_BODY_BYTES_DEFAULT)
+    assert bare - limits.MESSAGE_BODY_BYTES_DEFAULT <= limits.ANSWER_FIELDS_BYTES_MAX // 2
+    size = largest_answer(props, limits.MESSAGE_BODY_BYTES_DEFAULT)
+    assert size - bare <= 3 * len(codec.encode_properties(props))
+    assert size <= limits.RECEIVE_ANSWER_BYTES_MAX
+
+
+def test_the_old_default_of_4_mib_did_not_fit():
+    assert largest_answer({properties.MESSAGE_ID: "I" * 36}, 4 * limits.MiB) > limits.RECEIVE_ANSWER_BYTES_MAX

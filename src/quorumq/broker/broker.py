@@ -37,6 +37,7 @@ from quorumq.errors import Error, QuorumqError
 from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import (PERM_READ, PERM_WRITE, AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
                            TopicConfig, TopicConfigs)
+from quorumq.store import codec
 from quorumq.store.epoch_file import EpochFile
 from quorumq.store.flush import Flusher
 
@@ -86,7 +87,7 @@ class Broker:
         self.topics_changed = asyncio.Event()
         self.pending_messages = 0
         self.writable = True
-        self.stats = {"msgPutTotal": 0, "msgGetTotal": 0, "sendRejectedTotal": 0}
+        self.stats = {"msgPutTotal": 0, "msgGetTotal": 0, "sendRejectedTotal": 0, "msgSkippedTooLargeTotal": 0}
         self._round_robin: dict[str, int] = {}
         self.controller_mode = config["enableControllerMode"]
         # Controller mode starts fenced: a slave without a master until the controller names one.
@@ -123,7 +124,7 @@ class Broker:
         if report.truncated_bytes:
             self._repair_until = report.end_offset + report.truncated_bytes
         self.topics.load()
-        self.consumers = ConsumerGroups(self.store, Path(self.config["storePathRootDir"]), self.clock)
+        self.consumers = ConsumerGroups(self.store, Path(self.config["storePathRootDir"]), self.clock, self.config)
         self.flusher = Flusher(self.store, sync_flush=self.config["flushDiskType"] == "SYNC_FLUSH",
                                interval_ms=self.config["flushIntervalCommitLog"])
         if self.controller_mode:
@@ -134,6 +135,7 @@ class Broker:
             self.epoch_file.save(self.epochs)
         elif self.role is not BrokerRole.SLAVE:
             self.replication = self._new_replication_master()
+            self._recall_recent_sends()
 
     def _new_replication_master(self) -> ReplicationMaster:
         return ReplicationMaster(
@@ -198,7 +200,7 @@ class Broker:
         self._metadata_applied.clear()
         self._metadata_joins.clear()
         self._new_metadata_version()
-        self.recent_sends = RecentSends()  # ids remembered in an older role may name truncated copies
+        self._recall_recent_sends()  # the log it holds, not what an older role remembered
         if self.replication is None:
             self.replication = self._new_replication_master()
             await self.replication.start()
@@ -598,6 +600,22 @@ class Broker:
                                   StoredCopy(message.queue_id, queue_offset, appended.end_offset))
         return appended
 
+    def _recall_recent_sends(self) -> None:
+        """Remember the sends of the log's tail, as the master that stored them did: a producer's
+        resend after a failover (or a restart) is then answered from the copy this log holds."""
+        started = self.clock.monotonic()
+        self.recent_sends = RecentSends()
+        try:
+            recalled = self.store.recent_message_ids(limits.RECENT_MESSAGE_IDS_MAX)
+        except QuorumqError as error:  # a damaged tail: the role matters more than deduplication
+            log.error("recalling recent message ids from the log failed (%s): resends of what it holds may be "
+                      "stored again", error)
+            recalled = []
+        for message_id, queue_id, queue_offset, end_offset in recalled:
+            self.recent_sends.add(message_id, StoredCopy(queue_id, queue_offset, end_offset))
+        log.info("recalled %d recent message ids from the log in %.3f s", len(self.recent_sends),
+                 self.clock.monotonic() - started)
+
     async def _confirm(self, copies: list[StoredCopy], answer_by: float | None) -> PutStatus:
         """A client's resend of what this master stored: the first copies' outcome, once they
         have what the current settings need."""
@@ -610,17 +628,17 @@ class Broker:
         """Append records a producer encoded for one queue (store.append_encoded), through the same
         admission and flush wait as `put`. Returns the status and the first record's queue offset;
         a refusal raises, since the records are stored all or none. IN_SYNC_REPLICAS_NOT_ENOUGH
-        stores none: its queue offset is -1. A resend (`request_id` stored recently, same queue) is
-        answered from the first copy."""
-        copy = self.recent_sends.get(request_id)
-        if copy is not None and copy.queue_id == queue_id:
+        stores none: its queue offset is -1. A resend (`request_id`, its first record's message id,
+        stored recently for the same queue, core/recent_sends.py) is answered from the first copy."""
+        copy = self.recent_sends.batch(request_id, queue_id, count, lambda: _last_message_id(records))
+        if copy is not None:
             return await self._confirm([copy], answer_by), copy.queue_offset
         queue_id = self._writable_queue(topic, queue_id)
         max_body_bytes = self.config["maxMessageSize"]
 
         def append() -> AppendResult:
             appended = self.store.append_encoded(topic, queue_id, records, count, max_body_bytes)
-            self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset))
+            self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset, count))
             return appended
 
         status, appended = await self._append(count, (topic,), append, answer_by)
@@ -808,3 +826,13 @@ class Broker:
             figures.update(masterAddress=self.master_address, replicating=bool(self.slave and self.slave.connected),
                            masterMaxOffset="" if known is None else known)
         return {key: str(value) for key, value in figures.items()}
+
+
+def _last_message_id(records: bytes) -> str:
+    """The message id of the last of a producer's encoded records ("" when they do not parse:
+    storing them refuses them with the reason)."""
+    position = codec.last_record_position(records)
+    try:
+        return codec.message_property(records, position, MESSAGE_ID) if position is not None else ""
+    except ValueError:
+        return ""

@@ -2,23 +2,29 @@
 
 The committed offset of a (group, topic, queue) is the single source of progress: pull consumers
 set it directly, SimpleConsumer groups move it to their lowest unacked offset. Leases live in memory
-only, so after a restart everything unacked is delivered again (at least once).
+only, so after a restart everything unacked is delivered again (at least once). A group's first
+receive from a queue fixes where it starts there (core/group_start.py); that start is its offset
+from then on, persisted with the others.
 """
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from quorumq import limits
 from quorumq.clock import Clock
+from quorumq.config import Config
 from quorumq.core import properties
+from quorumq.core.group_start import starts_at_zero
 from quorumq.core.leases import QueueLeases
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, GetResult, GetStatus, MessageStore, StoredMessage, tag_hash
 from quorumq.store.atomic_file import write_atomically
 
 QueueKey = tuple[str, str, int]  # group, topic, queue id
+PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as RocketMQ's StoreUtil reads it
 
 
 @dataclass(slots=True)
@@ -55,9 +61,10 @@ def decode_handle(handle: str) -> tuple[int, int, int]:
 
 
 class ConsumerGroups:
-    def __init__(self, store: MessageStore, root: Path, clock: Clock) -> None:
+    def __init__(self, store: MessageStore, root: Path, clock: Clock, config: Config) -> None:
         self.store = store
         self.clock = clock
+        self.config = config
         self.offsets = ConsumerOffsets(root)
         self.offsets.load()
         self._first_seen_path = root / "config" / "consumerGroups.json"
@@ -67,8 +74,8 @@ class ConsumerGroups:
         self._tokens = random.Random()
 
     def touch(self, group: str) -> None:
-        """Note a group's first contact: a new group starts from that moment, as RocketMQ's new
-        groups start at the end of each queue; queues created later are read from their start."""
+        """Note a group's first contact: a new group that does not read a queue from offset 0
+        starts at the queue's end as of that moment (core/group_start.py)."""
         if group not in self._first_seen:
             self.adopt_groups({group: self.clock.now_ms()})
 
@@ -90,6 +97,10 @@ class ConsumerGroups:
         if committed is not None:
             return committed
         self.touch(group)
+        head = self.store.commit_log_offset_of(topic, queue_id, 0)
+        if starts_at_zero(self.config["initPopOffsetByCheckMsgInMem"], head, self.store.max_offset,
+                          PHYSICAL_MEMORY_BYTES, self.config["accessMessageInMemoryMaxRatio"]):
+            return 0
         return self.store.offset_for_timestamp(topic, queue_id, self._first_seen[group])
 
     def _queue(self, group: str, topic: str, queue_id: int) -> QueueLeases:

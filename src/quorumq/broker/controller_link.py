@@ -7,6 +7,10 @@ master's SyncStateSet upkeep and the hand-over to a preferred master.
   asking and writing asks again with the same code and gets the same id.
 * One heartbeat stream to the leader (brokerHeartbeatInterval) carries the broker's epoch, offsets
   and brokerElectionPriority; the leader pushes role notices and hand-over requests back on it.
+  HTTP/2 keepalive pings (client/controller.KEEPALIVE) find a frozen peer within seconds, well
+  before controllerHeartBeatTimeoutMills: the controller's end a frozen broker's stream (and it
+  replaces a frozen master); the broker's, on its calls' connection, have it move its stream once
+  another controller answers.
   The replica info is also polled every syncBrokerMetadataPeriod, so a lost notice costs a period.
 * A master reports SyncStateSet changes (core/sync_state.py): a slave that caught up joins, one
   that fell behind for haMaxTimeSlaveNotCatchup or whose connection ended leaves.
@@ -222,23 +226,46 @@ class ControllerLink:
                 await asyncio.sleep(RETRY_INTERVAL_S / 4)
 
     async def _hold(self, stream: asyncio.Task, address: str) -> None:
-        """Until the stream ends, or a call finds another controller leading and the stream's no
-        longer answers as the leader: a controller that hangs (a frozen process or machine)
-        never ends its streams, while leaving a live leader's would have it fail this broker
-        over."""
+        """Until the stream ends; or its controller stops answering pings (a frozen process or
+        machine never ends the stream) while another controller answers; or a call finds another
+        controller leading and the stream's no longer answers as the leader. Leaving a live
+        leader's stream would have it fail this broker over, so a broker that hears no
+        controller at all (a link that loses the answers) keeps it: its heartbeats may arrive."""
         while True:
             since = self.client.answers
             elsewhere = asyncio.create_task(self.client.answered_elsewhere(address, since))
+            unreachable = asyncio.create_task(self.client.unreachable(address, LEADER_CHECK_TIMEOUT_S))
             try:
-                await asyncio.wait({stream, elsewhere}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({stream, elsewhere, unreachable}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 elsewhere.cancel()
+                unreachable.cancel()
             if stream.done():
                 return
-            if not await self._leads(address):
+            if unreachable.done() and not unreachable.cancelled():
+                if await self._another_answers(address):
+                    log.warning("controller %s does not answer pings: moving the heartbeat stream to %s", address,
+                                self.client.leader)
+                    return
+                await asyncio.sleep(RETRY_INTERVAL_S)
+            elif not await self._leads(address):
                 log.warning("controller %s no longer leads: moving the heartbeat stream to %s", address,
                             self.client.leader)
                 return
+
+    async def _another_answers(self, address: str) -> bool:
+        """Whether a controller other than `address` answers; if one does, the client asks next
+        the leader it names, else the address after `address`."""
+        others = [other for other in self.client.addresses if other != address]
+        answers = await asyncio.gather(
+            *(self.client.stub(other).GetMetaData(pb.Empty(), timeout=LEADER_CHECK_TIMEOUT_S) for other in others),
+            return_exceptions=True)
+        heard = {other: meta for other, meta in zip(others, answers) if isinstance(meta, pb.ControllerMetaData)}
+        if not heard:
+            return False
+        leading = [other for other, meta in heard.items() if meta.is_leader]
+        self.client.redirect(address, leading[0] if leading else next(iter(heard.values())).leader_address)
+        return True
 
     async def _leads(self, address: str) -> bool:
         try:
@@ -251,7 +278,7 @@ class ControllerLink:
         """Heartbeats to `address` and its role notices, until the stream ends; the leader it
         names when it does not lead ("" if none)."""
         try:
-            async for notice in self.client.stub(address).Heartbeats(self._heartbeat_source()):
+            async for notice in self.client.stream_stub(address).Heartbeats(self._heartbeat_source()):
                 if notice.leader_address or not notice.ListFields():
                     return notice.leader_address
                 # Shielded: leaving the stream must not cut a role change in half.

@@ -17,6 +17,18 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 CONTROLLER_NOT_LEADER = 2007  # core/controller_state.Code; kept literal so clients need not import the core
 CALL_TIMEOUT_S = 3.0
 T = TypeVar("T")
+# HTTP/2 keepalive, for both ends of a connection to a controller: a frozen peer is found by an
+# unanswered ping. gRPC ends the connection on grpc.http2.ping_timeout_ms (60 s unless set), so the
+# timeout is given under both names.
+KEEPALIVE = [
+    ("grpc.keepalive_time_ms", limits.CONTROLLER_KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", limits.CONTROLLER_KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", limits.CONTROLLER_KEEPALIVE_TIMEOUT_MS),
+]
+# The calls' channels ping even with no call in flight (a client otherwise stops after 2 pings
+# without sending data), so `unreachable` sees a frozen controller within seconds.
+_CALL_OPTIONS = [*FAST_RECONNECT, *KEEPALIVE, ("grpc.keepalive_permit_without_calls", 1),
+                 ("grpc.http2.max_pings_without_data", 0)]
 
 
 def controller_addresses(text: str) -> list[str]:
@@ -50,6 +62,7 @@ class ControllerClient:
         self.leader = self.addresses[0]  # the best guess; corrected by the answers
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stream_channels: dict[str, grpc.aio.Channel] = {}
         self.answers = 0  # answers from a leader so far
         self._answerer = ""  # the controller that gave the last one
         self._answered = asyncio.Event()  # replaced by a set one at each answer
@@ -74,13 +87,36 @@ class ControllerClient:
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address, options=FAST_RECONNECT)
+            self._channels[address] = grpc.aio.insecure_channel(address, options=_CALL_OPTIONS)
         return pb_grpc.ControllerStub(self._channels[address])
 
+    def stream_stub(self, address: str) -> pb_grpc.ControllerStub:
+        """A stub on a connection of its own that does not ping: a broker that stops hearing the
+        controller (a frozen controller, or a link that loses only the answers) keeps its
+        heartbeat stream until it knows of a controller to go to (`unreachable`), rather than
+        gRPC ending it, which the controller would take for the broker's death."""
+        if address not in self._stream_channels:
+            self._stream_channels[address] = grpc.aio.insecure_channel(address, options=FAST_RECONNECT)
+        return pb_grpc.ControllerStub(self._stream_channels[address])
+
+    async def unreachable(self, address: str, connect_timeout_s: float) -> None:
+        """Return once the calls' connection to the controller at `address` is down and does not
+        come up again within `connect_timeout_s` (a frozen controller's host still accepts the TCP
+        connection, but nothing answers HTTP/2); a keepalive ping left unanswered ends it."""
+        self.stub(address)
+        channel = self._channels[address]
+        while True:
+            try:
+                await asyncio.wait_for(channel.channel_ready(), connect_timeout_s)
+            except TimeoutError:
+                return
+            await channel.wait_for_state_change(grpc.ChannelConnectivity.READY)
+
     async def close(self) -> None:
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._stream_channels.values()]:
             await channel.close()
         self._channels.clear()
+        self._stream_channels.clear()
 
     async def call(self, method: str, request) -> pb.ControllerReply:
         """Ask the leader; raises ClientError when no controller leads or none answers."""
@@ -95,12 +131,13 @@ class ControllerClient:
         return reply
 
     async def metadata(self) -> pb.ControllerMetaData:
-        """The controllers as one of them sees them: the leader's view, else the last one heard."""
+        """The controllers as one of them sees them: the leader's view, else the last one heard (a
+        controller that knows no leader sends the question on to the next address)."""
         heard: list[pb.ControllerMetaData] = []
 
         def named_leader(meta: pb.ControllerMetaData) -> str | None:
             heard.append(meta)
-            return None if meta.is_leader or not meta.leader_address else meta.leader_address
+            return None if meta.is_leader else meta.leader_address
 
         meta, error = await self._ask(lambda stub: stub.GetMetaData(pb.Empty(), timeout=self._timeout_s),
                                       named_leader)

@@ -39,6 +39,10 @@ class Message:
     tag: str | None = None
     keys: Sequence[str] = ()
     properties: dict[str, str] = field(default_factory=dict)
+    # The id it is sent with (default: a new one per send_batch call). Sent again with the same id
+    # to the same queue, it is answered from the first copy, within the broker's recent ids
+    # (limits.RECENT_MESSAGE_IDS_MAX), even by a master elected since: an idempotent resend.
+    message_id: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, str):  # one key given bare
@@ -162,7 +166,7 @@ class Producer:
 
     async def _send_run(self, topic: str, messages: Sequence[Message], queue_id: int | None,
                         broker_name: str | None) -> list[SendResult]:
-        ids = [new_message_id() for _ in messages]  # the same ids on every retry
+        ids = [message.message_id or new_message_id() for message in messages]  # the same ids on every retry
         accepted: list[tuple[int, bytes, bytes]] = []  # (index, encoded properties, body)
         refused: list[tuple[int, QuorumqError]] = []
         for index, message in enumerate(messages):
@@ -194,7 +198,7 @@ class Producer:
                 records = self._encoder.encode(topic.encode(), queue.queue_id, time.time_ns() // 1_000_000,
                                                self._host, accepted)
                 request = pb.SendBatchRequest(topic=topic, queue_id=queue.queue_id, records=records,
-                                              count=len(accepted), request_id=ids[0])
+                                              count=len(accepted), request_id=ids[accepted[0][0]])
             try:
                 async with self._window:
                     response = await call(self._channels.writer(queue.address).SendBatch, request,

@@ -8,9 +8,10 @@ CONTROLLER_NOT_LEADER with the leader's address. The leader:
   the broker set and writes it to ZooKeeper conditionally; a conflict means "decide again on what
   is there now", a lost session means "step down";
 * keeps each broker's live data (heartbeats) in memory. A broker's stream that ends (its process
-  died: the kernel closes the socket) or falls silent past its timeout removes it; a master removed
-  so is replaced at once by a controller-triggered election, and a periodic scan elects for any set
-  whose master is inactive while a replica lives (spec rocketmq-ha.md 2.6);
+  died: the kernel closes the socket; or it froze: an HTTP/2 keepalive ping went unanswered) or
+  falls silent past its timeout removes it; a master removed so is replaced at once by a
+  controller-triggered election, and a periodic scan elects for any set whose master is inactive
+  while a replica lives (spec rocketmq-ha.md 2.6);
 * pushes every change of master or SyncStateSet down the members' streams, so brokers change
   roles at once rather than at their next poll;
 * with enablePreferredMaster, tells a master to hand its role to the preferred broker once that
@@ -31,6 +32,8 @@ import grpc
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
+from quorumq import limits
+from quorumq.client.controller import KEEPALIVE
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
@@ -46,6 +49,13 @@ NEW_LEADER_GRACE_S = 3.0  # a new leader waits this long for heartbeats before e
 HAND_OVER_RETRY_S = 10.0  # between two hand-over requests to the same master
 LEADERSHIP_CHECK_S = 1.0  # how often membership is re-read without a ZooKeeper watch firing
 NOTICE_QUEUE_MAX = 16  # role notices waiting on one broker's stream; a slow broker gets the latest
+# The server pings the brokers' streams too (a frozen broker's connection ends, so does its stream)
+# and accepts the brokers' pings, which come more often than gRPC's 5-minute default allows and on
+# connections with no call in flight. It pings a stream only when no heartbeat came for the
+# keepalive time: a broker whose heartbeats arrive keeps its stream even if nothing gets back to it
+# (gRPC's flow-control probes would be pings as well, each ending the connection when unanswered).
+SERVER_OPTIONS = [*KEEPALIVE, ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.bdp_probe", 0),
+                  ("grpc.http2.min_ping_interval_without_data_ms", limits.CONTROLLER_PING_INTERVAL_MIN_MS)]
 
 
 def now_ms() -> int:
@@ -403,7 +413,8 @@ def _offer(queue: asyncio.Queue, notice: pb.RoleNotice | None) -> None:
 async def serve(config: Config) -> None:
     zookeeper = KazooClient(hosts=config["zookeeperAddress"], timeout=config["zookeeperSessionTimeoutMillis"] / 1000)
     controller = Controller(config, zookeeper)
-    server = grpc_server(controller.address)  # before ZooKeeper: a taken port ends it with no session open
+    # Before ZooKeeper: a taken port ends it with no session open.
+    server = grpc_server(controller.address, SERVER_OPTIONS)
     # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
     await asyncio.to_thread(zookeeper.start_async)
     pb_grpc.add_ControllerServicer_to_server(controller, server)

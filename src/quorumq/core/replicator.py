@@ -238,11 +238,12 @@ def group_changes(source: Mapping[str, Mapping[str, int]],
                   target: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
     """What the config job adds to each target master (broker name -> group -> first contact, ms)
     for the consumer groups the source's masters know: every group a target master lacks, with its
-    earliest first contact on the source. A group reads a queue it has no offset for from the first
-    message stored at or after its first contact, and a copy is stored after its original, so from
-    that contact the group misses no copy of a message it would have read on the source. A group
-    the target knows keeps its own first contact (a consumer there may be reading from it). Brokers
-    with nothing to add do not appear."""
+    earliest first contact on the source. A group reads a queue it has no offset for from offset 0
+    while the queue's first message is in memory, else from the first message stored at or after its
+    first contact (core/group_start.py); a copy is stored after its original, so from that contact
+    the group misses no copy of a message it would have read on the source. A group the target
+    knows keeps its own first contact (a consumer there may be reading from it). Brokers with
+    nothing to add do not appear."""
     earliest: dict[str, int] = {}
     for groups in source.values():
         for group, first_contact_ms in groups.items():

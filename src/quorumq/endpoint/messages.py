@@ -17,7 +17,7 @@ from quorumq.endpoint.v5 import resource, resource_name
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import MessageIn
 
-__all__ = ["check_name", "group_name", "incoming", "outgoing", "tag_filter", "topic_name"]
+__all__ = ["answer_bytes", "check_name", "group_name", "incoming", "outgoing", "tag_filter", "topic_name"]
 
 # Enum values read once: look-ups through the generated wrappers are slow on the hot path.
 _NORMAL = v5.MessageType.NORMAL
@@ -87,6 +87,12 @@ def outgoing(stored, delivery_attempt: int = 1) -> v5.Message:
     user = {key: value for key, value in props.items() if key not in properties.RESERVED}
     return v5.Message(topic=resource(stored.topic), user_properties=user, system_properties=system,
                       body=stored.body)
+
+
+def answer_bytes(message: v5.Message) -> int:
+    """The size of the ReceiveMessageResponse that carries `message`: its field tag, length and body."""
+    size = message.ByteSize()
+    return 1 + (size.bit_length() + 6) // 7 + size
 
 
 def tag_filter(expression: v5.FilterExpression) -> frozenset[str] | None:

@@ -10,16 +10,17 @@ import logging
 from typing import Awaitable, Callable
 
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
-from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq import limits
 from quorumq.broker.broker import Broker, PutResult
+from quorumq.broker.consumers import Delivery
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.put_status import PutStatus
 from quorumq.endpoint import messages
-from quorumq.endpoint.v5 import NO_NEW_MESSAGE, OK, error_status, route_response, status
+from quorumq.endpoint.v5 import NO_NEW_MESSAGE, OK, UnservedMessagingService, error_status, route_response, status
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import GetStatus, MessageIn
 
@@ -79,6 +80,13 @@ def poll_budget(requested_s: float, context) -> float:
     return max(wanted, 0.0)
 
 
+def _answer_limit(context) -> int | None:
+    """The largest answer the calling client receives: None for the official clients that lift
+    gRPC's limit (by the x-mq-language header they send), gRPC's default for any other."""
+    language = dict(context.invocation_metadata() or ()).get("x-mq-language")
+    return None if language in limits.UNLIMITED_RECEIVE_LANGUAGES else limits.RECEIVE_ANSWER_BYTES_MAX
+
+
 def _put_status_message(put_status: PutStatus) -> str:
     if put_status.code == CODE_OK:
         return put_status.send_status
@@ -100,7 +108,9 @@ def _entry_status(result: PutResult, master_epoch: int) -> v5.Status:
     return error_status(result.error) if result.error is not None else _stored_status(result.status, master_epoch)
 
 
-class MessagingService(v5_grpc.MessagingServiceServicer):
+class MessagingService(UnservedMessagingService):
+    serving = "the broker"
+
     def __init__(self, broker: Broker, route_lookup: Callable[[str], Awaitable[pb.TopicRoute | None]]) -> None:
         self.broker = broker
         self.route_lookup = route_lookup
@@ -119,9 +129,16 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         return v5s.HeartbeatResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context):
+        """A refused setting (an illegal group, say) is answered on the stream by a command that
+        carries only its status, which ends the Node.js client's startup with the error; the stream
+        stays open, so the client does not reopen it and ask again every second."""
         async for command in request_iterator:
             if command.HasField("settings"):
-                yield v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
+                try:
+                    reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
+                except Exception as exc:
+                    reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
+                yield reply
 
     def _settings_reply(self, settings: v5.Settings) -> v5.Settings:
         """Echo the client's settings with the broker's values laid over (grpc-client.md section 4)."""
@@ -167,7 +184,7 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         for queue in by_broker.values():
             queue.id = -1
             queue.permission = v5.Permission.READ_WRITE
-            assignments.append(v5s.Assignment(message_queue=queue))
+            assignments.append(v5.Assignment(message_queue=queue))
         return v5s.QueryAssignmentResponse(status=OK, assignments=assignments)
 
     # Sending.
@@ -192,7 +209,9 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
             entry_status = _entry_status(result, master_epoch)
             if first_failure is None and entry_status.code != CODE_OK:
                 first_failure = entry_status
-            add_entry(status=entry_status, message_id=message.system_properties.message_id,
+            # RocketMQ's broker answers the message's client id as its transaction id, for every type.
+            message_id = message.system_properties.message_id
+            add_entry(status=entry_status, message_id=message_id, transaction_id=message_id,
                       offset=max(result.queue_offset, 0))
         response.status.CopyFrom(first_failure or OK)
         return response
@@ -207,22 +226,24 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request, context):
         try:
-            deliveries = await self._receive(request, context)
+            answers = await self._receive(request, context)
         except Exception as exc:
             yield v5s.ReceiveMessageResponse(status=failure_status(exc, "ReceiveMessage"))
             return
-        if not deliveries:
+        if not answers:
             yield v5s.ReceiveMessageResponse(status=NO_NEW_MESSAGE)
             return
         yield v5s.ReceiveMessageResponse(status=OK)
-        for delivery in deliveries:
-            message = messages.outgoing(delivery.message, delivery.attempt)
-            message.system_properties.receipt_handle = delivery.receipt_handle
-            message.system_properties.invisible_duration.FromMilliseconds(delivery.invisible_ms)
+        for message in answers:
             yield v5s.ReceiveMessageResponse(message=message)
-        self.broker.stats["msgGetTotal"] += len(deliveries)
+        # RocketMQ's proxy closes each answer with the time it was sent; the official Python
+        # PushConsumer measures its receive latency from it and drops the batch without it.
+        sent_at = Timestamp()
+        sent_at.FromMilliseconds(self.broker.clock.now_ms())
+        yield v5s.ReceiveMessageResponse(delivery_timestamp=sent_at)
+        self.broker.stats["msgGetTotal"] += len(answers)
 
-    async def _receive(self, request, context):
+    async def _receive(self, request, context) -> list[v5.Message]:
         group = messages.group_name(request.group)
         topic = messages.topic_name(request.message_queue.topic)
         tags = messages.tag_filter(request.filter_expression)
@@ -235,6 +256,7 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         budget = _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
                               context)
         deadline = self.broker.clock.monotonic() + budget
+        limit = _answer_limit(context)
         self.broker.consumers.touch(group)
         while True:
             queue_ids = self._queue_ids_or_none(topic)
@@ -244,11 +266,36 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
                 deliveries = self.broker.consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags,
                                                        batch, int(invisible_s * 1000))
                 if deliveries:
-                    return deliveries
+                    answers = self._answers(group, topic, deliveries, limit)
+                    if answers:
+                        return answers
+                    continue  # each was skipped, and acked: read what lies behind them at once
             left = deadline - self.broker.clock.monotonic()
             if left <= 0:
                 return []
             await self.broker.arrivals.wait(topic, min(left, LEASE_RECHECK_S))
+
+    def _answers(self, group: str, topic: str, deliveries: list[Delivery], limit: int | None) -> list[v5.Message]:
+        """The v5 messages of `deliveries`, except any whose answer is above `limit`: the client
+        could never receive it, and it would fail every receive it joined. Such a message is acked
+        for the group (skipped, as if consumed), logged once and counted in msgSkippedTooLargeTotal;
+        PullMessage can still read it at its offset."""
+        answers = []
+        for delivery in deliveries:
+            message = messages.outgoing(delivery.message, delivery.attempt)
+            message.system_properties.receipt_handle = delivery.receipt_handle
+            message.system_properties.invisible_duration.FromMilliseconds(delivery.invisible_ms)
+            size = None if limit is None else messages.answer_bytes(message)
+            if size is None or size <= limit:
+                answers.append(message)
+                continue
+            self.broker.consumers.ack(group, topic, delivery.receipt_handle)
+            self.broker.stats["msgSkippedTooLargeTotal"] += 1
+            stored = delivery.message
+            log.warning("group %s skips message %s (%s queue %d offset %d): its receive answer of %d bytes is "
+                        "above the %d bytes its client takes", group, message.system_properties.message_id, topic,
+                        stored.queue_id, stored.queue_offset, size, limit)
+        return answers
 
     def _queue_ids_or_none(self, topic: str) -> list[int]:
         """A topic that auto-create will make on first send reads as empty, not as missing."""
@@ -351,20 +398,9 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
             offset = store.offset_for_timestamp(topic, queue_id, request.timestamp.ToMilliseconds())
         return v5s.QueryOffsetResponse(status=OK, offset=offset)
 
-    # Not built yet: refused with a clear code rather than half-served.
+    # Not built yet: refused with a clear code rather than half-served (the rest of v5.NOT_BUILT
+    # is refused by UnservedMessagingService).
 
     @answers(v5s.EndTransactionResponse)
     async def EndTransaction(self, request, context):
         raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED, "transactions are not supported yet")
-
-    @answers(v5s.ForwardMessageToDeadLetterQueueResponse)
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
-        raise QuorumqError(Error.NOT_IMPLEMENTED, "dead-letter queues are not supported yet")
-
-    @answers(v5s.RecallMessageResponse)
-    async def RecallMessage(self, request, context):
-        raise QuorumqError(Error.NOT_IMPLEMENTED, "recalling delay messages is not supported yet")
-
-    @answers(v5s.SyncLiteSubscriptionResponse)
-    async def SyncLiteSubscription(self, request, context):
-        raise QuorumqError(Error.NOT_IMPLEMENTED, "lite topics are not supported yet")

@@ -1,14 +1,19 @@
-"""Translation between quorumq's types and the RocketMQ v5 protocol messages."""
+"""Translation between quorumq's types and the RocketMQ v5 protocol messages, and the base of
+every v5 servicer."""
 
 import ipaddress
+import logging
 
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error, QuorumqError
 from quorumq.namesrv.registry import MASTER_ID
 from quorumq.store import PERM_READ, PERM_WRITE
+
+log = logging.getLogger("quorumq.v5")
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
 NO_NEW_MESSAGE = v5.Status(code=v5.Code.MESSAGE_NOT_FOUND, message="no new message")
@@ -44,16 +49,16 @@ def endpoints(address: str) -> v5.Endpoints:
     return v5.Endpoints(scheme=scheme, addresses=[v5.Address(host=host, port=int(port))])
 
 
-def group_endpoints(data: pb.BrokerData) -> v5.Endpoints:
-    """Where clients reach a broker group: its master; in controller mode every replica, since each
-    forwards to the current master (endpoint/forwarding.py) and the official client's channel moves
-    to the next address when one dies (gRPC pick_first), so it follows a failover at once."""
-    result = endpoints(data.addresses[MASTER_ID])
+def group_endpoints(data: pb.BrokerData) -> list[v5.Endpoints]:
+    """Where clients reach a broker group, one address per Endpoints: its master, and in controller
+    mode each other replica after it, since each forwards to the current master
+    (endpoint/forwarding.py). Several addresses in one Endpoints would be one gRPC channel to most
+    official clients, but the Node.js client takes them for one DNS name and the C# client dials
+    only the first (docs/client-protocol.md#routes)."""
+    addresses = [data.addresses[MASTER_ID]]
     if data.replicas_forward:
-        for broker_id, address in sorted(data.addresses.items()):
-            if broker_id != MASTER_ID:
-                result.addresses.extend(endpoints(address).addresses)
-    return result
+        addresses += [address for broker_id, address in sorted(data.addresses.items()) if broker_id != MASTER_ID]
+    return [endpoints(address) for address in addresses]
 
 
 def _permission(readable: bool, writable: bool) -> int:
@@ -69,19 +74,22 @@ def _permission(readable: bool, writable: bool) -> int:
 def message_queues(route: pb.TopicRoute, topic: v5.Resource) -> list[v5.MessageQueue]:
     """One v5 queue per queue id of each broker name on its id-0 address, as RocketMQ's proxy
     builds them; the route is the client's view (registry.client_route), where a slave acting for
-    a lost master stands under id 0."""
+    a lost master stands under id 0. In controller mode each queue is listed once per replica, so a
+    client whose send or receive fails at one address takes another entry next (its retry, or the
+    Java-style clients' isolation of the failed address), and reaches the master through it."""
     serving = {data.broker_name: data for data in route.brokers if MASTER_ID in data.addresses}
     queues = []
     for data in route.queues:
         group = serving.get(data.broker_name)
         if group is None:
             continue
-        broker = v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=group_endpoints(group))
+        brokers = [v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=where) for where in group_endpoints(group)]
         for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
             readable = queue_id < data.read_queue_nums and data.perm & PERM_READ
             writable = queue_id < data.write_queue_nums and data.perm & PERM_WRITE
-            queues.append(v5.MessageQueue(topic=topic, id=queue_id, permission=_permission(readable, writable),
-                                          broker=broker, accept_message_types=[v5.MessageType.NORMAL]))
+            queues += [v5.MessageQueue(topic=topic, id=queue_id, permission=_permission(readable, writable),
+                                       broker=broker, accept_message_types=[v5.MessageType.NORMAL])
+                       for broker in brokers]
     return queues
 
 
@@ -90,3 +98,40 @@ def route_response(route: pb.TopicRoute | None, topic: v5.Resource) -> v5s.Query
     if not queues:
         return v5s.QueryRouteResponse(status=status(Error.TOPIC_NOT_FOUND, f"no route for topic {topic.name}"))
     return v5s.QueryRouteResponse(status=OK, message_queues=queues)
+
+
+# RPCs no quorumq process serves yet, and why.
+NOT_BUILT = {
+    "ForwardMessageToDeadLetterQueue": "dead-letter queues are not supported yet",
+    "RecallMessage": "recalling delay messages is not supported yet",
+    "SyncLiteSubscription": "lite topics are not supported yet",
+}
+
+
+class UnservedMessagingService(v5_grpc.MessagingServiceServicer):
+    """MessagingService with every RPC refused NOT_IMPLEMENTED in a v5 status and one log line;
+    each process that can be a client's access point extends it and overrides what it serves, so
+    a client reads a v5 status for every RPC (grpcio's own base answers gRPC UNIMPLEMENTED, which
+    the official clients do not read as a refusal, and logs a traceback)."""
+
+    serving = "this process"  # named in the refusal
+
+    def refusal(self, rpc: str, context) -> v5.Status:
+        log.info("%s from %s refused: not served by %s", rpc, context.peer(), self.serving)
+        return status(Error.NOT_IMPLEMENTED, NOT_BUILT.get(rpc) or f"{rpc} is not served by {self.serving}")
+
+
+def _refuse(method):
+    response_type = getattr(v5s, method.output_type.name)
+    if method.server_streaming:
+        async def refuse(self, request, context):
+            yield response_type(status=self.refusal(method.name, context))
+    else:
+        async def refuse(self, request, context):
+            return response_type(status=self.refusal(method.name, context))
+    refuse.__name__ = method.name
+    return refuse
+
+
+for _method in v5s.DESCRIPTOR.services_by_name["MessagingService"].methods:
+    setattr(UnservedMessagingService, _method.name, _refuse(_method))

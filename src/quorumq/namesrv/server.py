@@ -55,9 +55,11 @@ class NameServerService(pb_grpc.NameServerServicer):
         return pb.Empty()
 
 
-class RouteOnlyMessagingService(v5_grpc.MessagingServiceServicer):
-    """The v5 surface of the name server: QueryRoute only; the client sends everything else to
-    the brokers named in the route (grpc-client.md section 1)."""
+class RouteOnlyMessagingService(v5.UnservedMessagingService):
+    """The v5 surface of the name server: QueryRoute only; the client sends everything else but
+    RecallMessage to the brokers named in the route (grpc-client.md section 1)."""
+
+    serving = "the name server, which answers QueryRoute only"
 
     def __init__(self, registry: RouteRegistry) -> None:
         self.registry = registry

@@ -156,9 +156,11 @@ def _topic_shapes(access_point: str) -> dict[str, dict[str, TopicShape]]:
 def copy_groups(source: str, target: str) -> dict[str, dict[str, int]]:
     """Make every master of the target know the consumer groups the source's masters know, each
     from its earliest first contact there (core.replicator.group_changes), so that a group moved to
-    the target starts no later than on the source on a queue it has no offset for; the groups
+    the target, on a queue it has no offset for, starts no later than the copies of what the source
+    stored after that contact (from 0 when the target queue's first copy is in memory); the groups
     added (first contact, ms), by target broker name. Offsets are not copied: they differ between
-    clusters, and the checkpoint job translates them."""
+    clusters, and the checkpoint job translates them (a group has one on every queue it received
+    from, its start included)."""
     source_groups, target_groups = ({broker: dict(data.groups) for broker, data in _master_metadata(side).items()}
                                     for side in (source, target))
     changes = plan.group_changes(source_groups, target_groups)

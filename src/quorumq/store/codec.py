@@ -127,15 +127,21 @@ def decode_properties(data: bytes | memoryview) -> dict[str, str]:
 def tags_of(properties: bytes | bytearray, start: int = 0, end: int | None = None) -> bytes | None:
     """The raw TAGS value of the encoded properties in `properties[start:end]`, found without
     decoding them all (and without copying them out of a larger buffer)."""
+    return _property(properties, _TAGS_KEY, _TAGS_PAIR, start, end)
+
+
+def _property(properties: bytes | bytearray, key: bytes, pair: bytes, start: int, end: int | None) -> bytes | None:
+    """The raw value of `key` (name \\x01) in the encoded properties in `properties[start:end]`;
+    `pair` is \\x02 + key."""
     if end is None:
         end = len(properties)
-    if properties.startswith(_TAGS_KEY, start, end):
-        value_start = start + len(_TAGS_KEY)
+    if properties.startswith(key, start, end):
+        value_start = start + len(key)
     else:
-        found = properties.find(_TAGS_PAIR, start, end)
+        found = properties.find(pair, start, end)
         if found < 0:
             return None
-        value_start = found + len(_TAGS_PAIR)
+        value_start = found + len(pair)
     return bytes(properties[value_start:properties.index(b"\x02", value_start, end)])
 
 
@@ -252,6 +258,30 @@ def dispatch_fields(view: memoryview | bytes, position: int) -> RecordFields:
     properties = bytes(view[properties_start:properties_start + header[PROPERTIES_LENGTH_FIELD]])
     return RecordFields(str(view[topic_start:topic_end], "utf-8"), header[QUEUE_ID_FIELD],
                         header[_QUEUE_OFFSET_FIELD], tag_hash(tags_of(properties)))
+
+
+def message_property(data: bytes, position: int, name: str) -> str:
+    """One property of the message record at `data[position:]` ("" when it has none), found
+    without decoding the rest."""
+    header = HEADER.unpack_from(data, position)
+    start = position + HEADER.size + header[TOPIC_LENGTH_FIELD] + header[BORN_HOST_LENGTH_FIELD]
+    key = name.encode() + b"\x01"
+    value = _property(data, key, b"\x02" + key, start, start + header[PROPERTIES_LENGTH_FIELD])
+    return "" if value is None else str(value, "utf-8")
+
+
+def last_record_position(view: memoryview | bytes) -> int | None:
+    """Where the last of back-to-back records starts, by their size fields alone (no checks);
+    None when the sizes do not add up to the view's length."""
+    position = 0
+    while len(view) - position >= HEADER.size:
+        size = BLANK_HEADER.unpack_from(view, position)[0]
+        if size < HEADER.size or position + size > len(view):
+            return None
+        if position + size == len(view):
+            return position
+        position += size
+    return None
 
 
 def decode_message(view: memoryview | bytes, position: int, store_host: str) -> StoredMessage:

@@ -212,7 +212,7 @@ class ConsumeQueue:
         end = self.max_offset
         while end > self.min_offset:
             count = min(_TAIL_READ_ENTRIES, end - self.min_offset)
-            data = self._read_before(end, count)
+            data = self.read_before(end, count)
             kept = len(data) // ENTRY_SIZE
             while kept:
                 commit_log_offset, size, _ = ENTRY.unpack_from(data, (kept - 1) * ENTRY_SIZE)
@@ -225,7 +225,7 @@ class ConsumeQueue:
         if end < self.max_offset:
             self.truncate(end)
 
-    def _read_before(self, end: int, count: int) -> bytes:
+    def read_before(self, end: int, count: int) -> bytes:
         """Up to `count` entries that end at `end`, from the file holding entry end - 1."""
         queue_file = self.files[(end - 1 - self.files[0].start) // self.entries_per_file]
         start = max(end - count, queue_file.start)

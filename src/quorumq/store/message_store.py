@@ -26,18 +26,20 @@ import threading
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping, NoReturn, Sequence
+from typing import Callable, Iterator, Mapping, NoReturn, Sequence
 
 from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.core.message_rules import check_name
+from quorumq.core.properties import MESSAGE_ID
+from quorumq.core.recent_sends import window_start
 from quorumq.errors import Error, QuorumqError, write_error
 from quorumq.store import codec
 from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from quorumq.store.codec import (ASSIGNED_POSITION, BLANK_BYTES_MIN, BLANK_HEADER, HEADER, MESSAGE_MAGIC,
                                  TAGS_PROPERTY, Frame, StoredMessage, check_frame, whole_records_end)
 from quorumq.store.commit_log import CommitLog, fsync_directory
-from quorumq.store.consume_queue import ENTRY, ConsumeQueue, DirtyFiles
+from quorumq.store.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue, DirtyFiles
 from quorumq.store.recovery import scan_commit_log
 from quorumq.store.retention import segments_to_delete
 
@@ -594,6 +596,29 @@ class MessageStore:
         # when appended and the slave checks them again, so only their sizes are read here.
         return bytes(data[:whole_records_end(data, size)])
 
+    def recent_message_ids(self, count: int) -> list[tuple[str, int, int, int]]:
+        """(message id, queue id, queue offset, end offset) of each of the log's last `count`
+        indexed records, oldest first: what a new master remembers of the sends it holds
+        (core/recent_sends.py). Reads only that tail: the queues' newest entries to find where it
+        begins, then the log from there."""
+        self._check_open()
+        start = window_start(map(_newest_first, self._all_queues()), count)
+        offset = self.min_offset if start is None else max(start, self.min_offset)
+        end = self._write_offset if self._corrupt_offset is None else min(self._write_offset, self._corrupt_offset)
+        found = []
+        while offset < end:
+            data = self.read_raw(offset, _READ_SPAN_BYTES)
+            position = 0
+            while position < len(data):
+                size, magic = BLANK_HEADER.unpack_from(data, position)
+                if magic == MESSAGE_MAGIC:
+                    header = HEADER.unpack_from(data, position)
+                    found.append((codec.message_property(data, position, MESSAGE_ID), header[codec.QUEUE_ID_FIELD],
+                                  codec.queue_offset_of(data, position), offset + position + size))
+                position += size
+            offset += len(data)
+        return found
+
     def append_raw(self, offset: int, data: bytes) -> int:
         """Append whole records copied from a master's commit log; returns the new end offset.
 
@@ -774,6 +799,13 @@ class MessageStore:
     def queue_max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queue(topic, queue_id)
         return queue.max_offset if queue is not None else 0
+
+    def commit_log_offset_of(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """Where the queue's message at `offset` lies in the commit log; None if the queue lacks it."""
+        queue = self._queue(topic, queue_id)
+        if queue is None or not queue.min_offset <= offset < queue.max_offset:
+            return None
+        return queue.entry_at(offset)[0]
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int,
                      tag_hashes: frozenset[int] | None = None) -> GetResult:
@@ -1084,6 +1116,16 @@ class _Redispatcher:
         for queue in self._staged:
             queue.discard_staged(forget_start=False)
         self._staged = []
+
+
+def _newest_first(queue: ConsumeQueue) -> Iterator[int]:
+    """The commit-log offsets of a queue's entries, newest first, read a chunk at a time."""
+    end = queue.max_offset
+    while end > queue.min_offset:
+        data = queue.read_before(end, min(_QUEUE_READ_ENTRIES, end - queue.min_offset))
+        for index in range(len(data) // ENTRY_SIZE - 1, -1, -1):
+            yield ENTRY.unpack_from(data, index * ENTRY_SIZE)[0]
+        end -= len(data) // ENTRY_SIZE
 
 
 def _whole_blank(data: bytes, position: int, size: int) -> bool:
