@@ -1,7 +1,7 @@
 """Test helpers shared by every suite: a real cluster from `quorumq up`, its processes, the CLI, polling.
 
 A cluster is the parsed DIR/cluster.json of a `quorumq up` run in a subprocess on a free range of
-100 ports. Teardown stops `up` by its pid and SIGKILLs any process of the cluster still alive, so a
+200 ports. Teardown stops `up` by its pid and SIGKILLs any process of the cluster still alive, so a
 failing test leaves nothing running.
 """
 
@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -24,10 +25,11 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from quorumq.client import AdminClient, Blocking
 
-PORT_SPAN = 100
+PORT_SPAN = 200  # `quorumq up` uses P..P+199 (src/quorumq/cli/up.py)
 # Below Linux's ephemeral range (32768+), so no outgoing connection holds one of our ports.
 PORT_RANGE = (21000, 32000)
 CLUSTER_START_TIMEOUT_S = 60.0
@@ -122,6 +124,22 @@ def stop_process(process: dict, sig: int = signal.SIGTERM, timeout: float = STOP
             os.kill(pid, signal.SIGKILL)
             deadline = float("inf")
         time.sleep(0.05)
+
+
+def scrape(process: dict) -> dict[tuple[str, frozenset], float]:
+    """A process's /metrics as Prometheus reads it, at cluster.json's "metrics" address:
+    (sample name, its labels) -> value."""
+    with urllib.request.urlopen(f"http://{process['metrics']}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def metric(samples: dict, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels`."""
+    wanted = set(labels.items())
+    return sum(value for (sample, sample_labels), value in samples.items()
+               if sample == name and wanted <= sample_labels)
 
 
 def log_end(process: dict) -> int:

@@ -77,7 +77,11 @@ def test_up_lays_out_ports_configs_and_cluster_file(start_cluster):
     assert len({p["data_dir"] for p in cluster["processes"]}) == 3
 
     namesrv_config, a_config, b_config = (read_properties(open(p["config"]).read()) for p in cluster["processes"])
-    assert namesrv_config == {"listenPort": str(base), "brokerNotActiveTimeoutMillis": "30000"}
+    assert namesrv_config == {"listenPort": str(base), "brokerNotActiveTimeoutMillis": "30000",
+                              "metricsExporterType": "PROM", "metricsPromExporterPort": str(base + 100)}
+    # Every process's metrics port is its gRPC port + 100, named in cluster.json.
+    assert [p["metrics"] for p in cluster["processes"]] == [
+        f"127.0.0.1:{base + offset}" for offset in (100, 110, 120)]
     assert a_config["haListenPort"] == str(base + 11) and b_config["haListenPort"] == str(base + 21)
     ports = [int(c[key]) for c in (namesrv_config, a_config, b_config) for key in ("listenPort", "haListenPort")
              if key in c]

@@ -1,10 +1,13 @@
 """`quorumq up`: a whole cluster on this machine in the foreground, for development, tests and demos.
 
-Ports are laid out from a base port P, all within P..P+99:
+Ports are laid out from a base port P, all within P..P+199:
   name server             P
   ZooKeeper               P+1 (with --controller)
   controller c            P+2+c (with --controller)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
+  metrics                 each process's gRPC port + 100 (Prometheus, http://HOST:PORT/metrics)
+The first hundred can hold 9 groups of 5 replicas with no port to spare, hence the second hundred
+for metrics. `--set metricsExporterType=DISABLE` turns the metrics off.
 Every process gets a directory DIR/<name> holding its config, log and data, and DIR/cluster.json
 lists them once every broker has registered with the name server. With --replicas N each broker
 name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and totalReplicas
@@ -35,10 +38,12 @@ from quorumq.errors import Error, QuorumqError
 
 HOST = "127.0.0.1"
 BASE_PORT_DEFAULT = 20000
-PORT_SPAN = 100
+GRPC_PORT_SPAN = 100  # the gRPC, HA and ZooKeeper ports
+METRICS_PORT_OFFSET = GRPC_PORT_SPAN  # a process's metrics port: its gRPC port + this
+PORT_SPAN = GRPC_PORT_SPAN + METRICS_PORT_OFFSET
 BROKER_PORT_OFFSET = 10
 BROKER_PORT_STRIDE = 10
-BROKERS_MAX = (PORT_SPAN - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
+BROKERS_MAX = (GRPC_PORT_SPAN - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
 REPLICA_PORT_STRIDE = 2
 REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
 ZOOKEEPER_PORT_OFFSET = 1
@@ -50,7 +55,7 @@ POLL_INTERVAL_S = 0.2
 LOG_TAIL_BYTES = 2000
 # Keys `up` assigns to lay out the cluster; --cluster sets brokerClusterName.
 MANAGED_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "listenPort",
-                          "haListenPort", "storePathRootDir"})
+                          "haListenPort", "storePathRootDir", "metricsPromExporterHost", "metricsPromExporterPort"})
 PR_SET_PDEATHSIG = 1
 
 
@@ -81,6 +86,13 @@ class Planned:
         return self.directory / f"{self.kind.value}.log"
 
     @property
+    def metrics_address(self) -> str | None:
+        """host:port of its /metrics, when on."""
+        if self.values.get("metricsExporterType") != "PROM":
+            return None
+        return f"{HOST}:{self.values['metricsPromExporterPort']}"
+
+    @property
     def role(self) -> str:
         if self.values.get("enableControllerMode") == "true":
             return "elected"  # the controller decides
@@ -94,6 +106,8 @@ class Planned:
             entry.update(broker_name=self.broker_name, role=self.role)
             # In controller mode the controller assigns ids: the entry names the replica's index.
             entry["replica" if self.role == "elected" else "broker_id"] = self.broker_id
+        if self.metrics_address:
+            entry["metrics"] = self.metrics_address
         return entry
 
 
@@ -163,6 +177,9 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
                 values["brokerRole"] = "SLAVE"
             planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
                                    broker_name=broker_name, broker_id=replica))
+    for process in planned:
+        process.values.update(metricsExporterType="PROM",
+                              metricsPromExporterPort=str(process.port + METRICS_PORT_OFFSET))
     for key, value in sets:
         kinds = kinds_knowing(key)
         for process in planned:
@@ -271,7 +288,8 @@ def summary(cluster: str, directory: Path, processes: list[Planned], zookeeper: 
         lines.append(f"  {'zookeeper':<22} {zookeeper.address:<16} pid {zookeeper.pid:<8} log {zookeeper.log_path}")
     for p in processes:
         label = f"{p.name} ({p.role})" if p.kind is Kind.BROKER else p.name
-        lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8} log {p.log_path}")
+        metrics = f" metrics {p.metrics_address}" if p.metrics_address else ""
+        lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8}{metrics} log {p.log_path}")
     lines.append(f"  {directory / 'cluster.json'}\nCtrl-C stops the cluster.")
     return "\n".join(lines)
 
@@ -338,7 +356,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--dir", required=True, type=Path, help="where configs, logs, data and cluster.json go")
     parser.add_argument("--cluster", default="DefaultCluster", help="brokerClusterName (default %(default)s)")
     parser.add_argument("--base-port", type=int, default=BASE_PORT_DEFAULT,
-                        help="first of the 100 ports the cluster uses (default %(default)s)")
+                        help=f"first of the {PORT_SPAN} ports the cluster uses (default %(default)s)")
     parser.add_argument("--brokers", type=int, default=1, help=f"master brokers, 1..{BROKERS_MAX} (default 1)")
     parser.add_argument("--replicas", type=int, default=1,
                         help=f"replicas per broker name, the master included, 1..{REPLICAS_MAX} (default 1)")

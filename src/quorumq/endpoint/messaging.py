@@ -220,7 +220,6 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
             message.system_properties.receipt_handle = delivery.receipt_handle
             message.system_properties.invisible_duration.FromMilliseconds(delivery.invisible_ms)
             yield v5s.ReceiveMessageResponse(message=message)
-        self.broker.stats["msgGetTotal"] += len(deliveries)
 
     async def _receive(self, request, context):
         group = messages.group_name(request.group)
@@ -244,6 +243,7 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
                 deliveries = self.broker.consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags,
                                                        batch, int(invisible_s * 1000))
                 if deliveries:
+                    self.broker.count_read(topic, group, [delivery.message for delivery in deliveries])
                     return deliveries
             left = deadline - self.broker.clock.monotonic()
             if left <= 0:
@@ -307,12 +307,11 @@ class MessagingService(v5_grpc.MessagingServiceServicer):
         yield v5s.PullMessageResponse(next_offset=result.next_offset)
 
     async def _pull(self, request, context):
-        messages.group_name(request.group)
         return await self.broker.pull(
             messages.topic_name(request.message_queue.topic), request.message_queue.id, request.offset,
             min(max(request.batch_size, 1), limits.PULL_BATCH_MAX), messages.tag_filter(request.filter_expression),
             _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
-                         context))
+                         context), group=messages.group_name(request.group))
 
     @answers(v5s.GetOffsetResponse)
     async def GetOffset(self, request, context):
