@@ -29,7 +29,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
 from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
-from harness import (check_for, cli, log_end, log_since, pid_alive, start_process, stop_process,
+from harness import (check_for, cli, log_end, log_since, metric, pid_alive, scrape, start_process, stop_process,
                      v5_message, v5_send)
 from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer
 from quorumq.controller.server import NEW_LEADER_GRACE_S
@@ -90,6 +90,36 @@ def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
     assert set(acknowledged) <= set(group.bodies(topic))
     check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
               == group.status(new_master)["commitLogMaxOffset"], "the old master caught up")
+
+
+def leading_controller(group: Group) -> dict:
+    leader = group.admin_json("getControllerMetaData")["leader"]
+    return next(controller for controller in group.controllers if controller["address"] == leader)
+
+
+def test_an_election_is_counted_with_its_cause_in_the_metrics(group):
+    """The leading controller counts the election a master's SIGKILL causes (cause "controller":
+    it found the master lost), RocketMQ's election_total counts a new master elected, the new
+    master exports the newer epoch, and its quorum counts as degraded while the old master is
+    out of the SyncStateSet."""
+    controller = leading_controller(group)
+    before = scrape(controller)
+    assert metric(before, "role") == 1 and metric(before, "active_broker_num", broker_set="broker-a") == 3
+    old_master = group.master()
+    epoch = metric(scrape(old_master), "quorumq_master_epoch")
+    stop_process(old_master, signal.SIGKILL)
+    new_master = check_for(FAILOVER_S, 0.05, lambda: group.master() is not old_master and group.master())
+    after = scrape(controller)
+    assert metric(after, "quorumq_elections_total", broker_set="broker-a", cause="controller") == \
+        metric(before, "quorumq_elections_total", broker_set="broker-a", cause="controller") + 1
+    assert metric(after, "election_total", broker_set="broker-a", election_result="new_master_elected") == \
+        metric(before, "election_total", broker_set="broker-a", election_result="new_master_elected") + 1
+    assert metric(after, "request_latency_count", request_type="AlterSyncStateSet") >= 1
+    on_new_master = scrape(new_master)
+    assert metric(on_new_master, "quorumq_master_epoch") == epoch + 1
+    assert metric(on_new_master, "quorumq_broker_role", role="master") == 1
+    check_for(10, 0.2, lambda: metric(scrape(new_master), "quorumq_degraded_quorum_seconds_total") > 0,
+              "the new master's quorum counted as degraded")
 
 
 def test_an_acknowledged_commit_survives_the_masters_sigkill(group):
@@ -489,6 +519,8 @@ def test_the_preferred_broker_gets_the_role_back_once_caught_up(group):
         assert int(group.status(preferred)["brokerId"]) == int(preferred_id)
         assert group.master() is preferred
         assert acknowledged and set(acknowledged) <= set(group.bodies(topic))
+        assert metric(scrape(leading_controller(group)), "quorumq_preferred_master_handback_seconds_count",
+                      broker_set="broker-a") >= 1
     finally:
         config.write_text(original_config)
         cli("admin", "updateControllerConfig", "-a", group.controller_addresses, "-k", "enablePreferredMaster",

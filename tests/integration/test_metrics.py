@@ -71,6 +71,7 @@ def test_every_process_is_scraped_and_sends_and_reads_are_counted(replica_group)
 
 def test_replication_lag_rises_while_a_slave_is_stopped_and_falls_when_it_resumes(replica_group):
     _, master, slave = replica_group["processes"]
+    check_for(10, 0.1, lambda: metric(scrape(master), "quorumq_in_sync_replicas") == 2, "the slave connected")
     assert metric(scrape(master), "quorumq_replication_lag_bytes", slave_id="1") == 0
     timeouts_before = metric(scrape(master), "quorumq_send_results_total", status="FLUSH_SLAVE_TIMEOUT")
     os.kill(slave["pid"], signal.SIGSTOP)

@@ -1,0 +1,42 @@
+from prometheus_client import CollectorRegistry, generate_latest
+
+from quorumq import limits
+from quorumq.broker.metrics import BrokerCounters
+from quorumq.metrics import BoundedLabels, Families, Histogram
+from quorumq.store import AppendResult
+
+
+def test_label_values_past_the_bound_are_summed_under_the_overflow_label():
+    counters = BrokerCounters()
+    counters.topic_label = BoundedLabels(2)
+    for topic in ("A", "B", "C", "D", "A"):
+        counters.stored({topic: 1}, AppendResult([(0, 0)], 100))
+    assert counters.messages_in == {"A": 2, "B": 1, limits.METRICS_OVERFLOW_LABEL: 2}
+    pairs = BoundedLabels(1)
+    assert [pairs(("T", "G")), pairs(("T", "H"))] == [("T", "G"), (limits.METRICS_OVERFLOW_LABEL,) * 2]
+
+
+def test_a_batch_is_counted_per_topic_at_its_average_size():
+    counters = BrokerCounters()
+    counters.stored({"A": 3, "B": 1}, AppendResult([(1000, 0)] * 4, 1400))
+    assert counters.messages_in == {"A": 3, "B": 1} and counters.bytes_in == {"A": 300, "B": 100}
+    assert counters.sizes["A"].counts[0] == 3 and counters.sizes["A"].total == 300
+
+
+def test_histogram_buckets_are_cumulative_and_exported():
+    histogram = Histogram((1, 10))
+    for value in (0.5, 1, 5, 50):
+        histogram.observe(value)
+    assert histogram.buckets() == [("1", 2), ("10", 3), ("+Inf", 4)]
+
+    class Collector:
+        def collect(self):
+            families = Families({"node_type": "broker"})
+            yield families.histogram("latency", "doc", ["method"], {"Send": histogram})
+            yield families.gauge("things", "doc", 3)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())
+    text = generate_latest(registry).decode()
+    assert 'latency_bucket{le="10",method="Send",node_type="broker"} 3.0' in text
+    assert 'things{node_type="broker"} 3.0' in text
