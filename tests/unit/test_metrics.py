@@ -1,8 +1,13 @@
+import json
+
 from prometheus_client import CollectorRegistry, generate_latest
 
 from quorumq import limits
 from quorumq.broker.metrics import BrokerCounters
+from quorumq.core.replicator import QueueKey, encode_offsets
 from quorumq.metrics import BoundedLabels, Families, Histogram
+from quorumq.replicator.jobs import Settings
+from quorumq.replicator.metrics import DriverMetrics
 from quorumq.store import AppendResult
 
 
@@ -40,3 +45,23 @@ def test_histogram_buckets_are_cumulative_and_exported():
     text = generate_latest(registry).decode()
     assert 'latency_bucket{le="10",method="Send",node_type="broker"} 3.0' in text
     assert 'things{node_type="broker"} 3.0' in text
+
+
+def test_the_replicator_driver_exports_its_totals_heartbeat_and_lag_per_queue(tmp_path):
+    settings = Settings("127.0.0.1:1", "127.0.0.1:2", ("T",), tmp_path, {})
+    settings.metrics_path.write_text(json.dumps({"batch": 3, "written": 90, "deduped": 10}))
+    settings.heartbeat_path.write_text(json.dumps({"alive": True, "latencyMs": 250}))
+    queue = QueueKey("T", "broker-a", 1)
+    metrics = DriverMetrics(settings)
+    metrics.progress = {"replicate A->B": {"sources": [{
+        "inputRowsPerSecond": 50.0, "processedRowsPerSecond": 40.0,
+        "endOffset": json.dumps(encode_offsets({queue: 90})),
+        "latestOffset": json.dumps(encode_offsets({queue: 100}))}]}}
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    text = generate_latest(registry).decode()
+    assert 'quorumq_replicator_messages_total{node_id="127.0.0.1:1->127.0.0.1:2",node_type="replicator",' \
+           'outcome="written"} 90.0' in text
+    assert 'quorumq_replicator_heartbeat_latency_seconds{' in text and "} 0.25" in text
+    assert 'quorumq_replicator_lag_messages{broker="broker-a",node_id="127.0.0.1:1->127.0.0.1:2",' \
+           'node_type="replicator",queue_id="1",topic="T"} 10.0' in text
