@@ -1,4 +1,6 @@
 import json
+import re
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -65,3 +67,13 @@ def test_the_replicator_driver_exports_its_totals_heartbeat_and_lag_per_queue(tm
     assert 'quorumq_replicator_heartbeat_latency_seconds{' in text and "} 0.25" in text
     assert 'quorumq_replicator_lag_messages{broker="broker-a",node_id="127.0.0.1:1->127.0.0.1:2",' \
            'node_type="replicator",queue_id="1",topic="T"} 10.0' in text
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_documented():
+    root = Path(__file__).resolve().parents[2]
+    dashboard = json.loads((root / "docs" / "grafana" / "quorumq-dashboard.json").read_text())
+    documented = set(re.findall(r"^\| `(\w+)`", (root / "docs" / "observability.md").read_text(), re.MULTILINE))
+    # Every metric the dashboard names carries a selector, "name{...}".
+    queried = {re.sub(r"_(bucket|count|sum)$", "", name) for panel in dashboard["panels"]
+               for target in panel.get("targets", []) for name in re.findall(r"(\w+)\{", target["expr"])}
+    assert queried and queried <= documented, queried - documented
