@@ -2,7 +2,7 @@
 
 Off unless `metricsExporterType=PROM` (RocketMQ's key and default). The hot paths count in plain
 ints and dicts owned by the event-loop thread; the families are built from them only when
-Prometheus scrapes. The scrape is served on that same loop (a small asyncio HTTP endpoint at
+Prometheus scrapes. The scrape is served on that same loop (quorumq/http.py at
 `metricsPromExporterHost:metricsPromExporterPort/metrics`), so the collectors read the process's
 state without locks. `prometheus_client` formats the families.
 """
@@ -20,14 +20,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from quorumq import limits
 from quorumq.config import Config
-from quorumq.errors import Error, QuorumqError
+from quorumq.http import Response, serve_http
 
 log = logging.getLogger("quorumq.metrics")
 
 # RocketMQ's buckets: rpc latency in ms (RemotingMetricsManager), message sizes in bytes.
 RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024 * 1024, 2 * 1024 * 1024, 4 * 1024 * 1024)
-READ_TIMEOUT_S = 5.0  # a scraper that sends no request head is dropped
 
 
 def enabled(config: Config) -> bool:
@@ -183,12 +182,7 @@ class Exporter:
         return f"{self.host}:{self.port}"
 
     async def start(self) -> None:
-        try:
-            self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                      limit=limits.METRICS_REQUEST_BYTES_MAX)
-        except OSError as error:
-            raise QuorumqError(Error.CONFIG_INVALID, f"cannot listen on {self.address} for metrics "
-                                                     f"(metricsPromExporterPort): {error.strerror}") from None
+        self._server = await serve_http(self.host, self.port, self._answer, "metrics (metricsPromExporterPort)")
         log.info("metrics at http://%s/metrics", self.address)
 
     async def stop(self) -> None:
@@ -196,27 +190,7 @@ class Exporter:
             self._server.close()
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            method, _, rest = head.partition(b" ")
-            path = rest.partition(b" ")[0].partition(b"?")[0]
-            if method != b"GET" or path not in (b"/metrics", b"/"):
-                writer.write(_response(b"404 Not Found", b"text/plain", b"quorumq serves /metrics\n"))
-            else:
-                try:
-                    body = generate_latest(self.registry)
-                    writer.write(_response(b"200 OK", CONTENT_TYPE_LATEST.encode(), body))
-                except Exception:  # a collector's bug: said once per scrape, the process keeps serving
-                    log.exception("collecting metrics failed")
-                    writer.write(_response(b"500 Internal Server Error", b"text/plain", b"see the log\n"))
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
-            pass  # a scraper that went away or sent no request head
-        finally:
-            writer.close()
-
-
-def _response(status: bytes, content_type: bytes, body: bytes) -> bytes:
-    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type + b"\r\nContent-Length: "
-            + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    async def _answer(self, method: str, path: str, body: bytes) -> Response:
+        if method != "GET" or path not in ("/metrics", "/"):
+            return "404 Not Found", "text/plain", b"quorumq serves /metrics\n"
+        return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
