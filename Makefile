@@ -5,8 +5,9 @@ PYTHON_BASE ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 # Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline;
-# zookeeper: the controllers' consensus; openjdk-17-jre-headless: the JVM under ZooKeeper and PySpark).
-DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless
+# zookeeper: the controllers' consensus; openjdk-17-jre-headless: the JVM under ZooKeeper and PySpark;
+# chromium, chromium-driver: the dashboard's browser tests).
+DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless chromium chromium-driver
 SETUP_STAMP := $(VENV)/.setup-done
 
 .PHONY: setup run test chaos bench bench-replicas bench-failover bench-replicator clean

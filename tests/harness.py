@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -140,6 +141,37 @@ def metric(samples: dict, name: str, **labels: str) -> float:
     wanted = set(labels.items())
     return sum(value for (sample, sample_labels), value in samples.items()
                if sample == name and wanted <= sample_labels)
+
+
+@contextmanager
+def headless_chromium():
+    """Debian's chromium driven by selenium through Debian's chromedriver (selenium's own driver
+    manager cannot download here); the browser's console is kept for `console_errors`."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1100"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+def console_errors(browser) -> list[str]:
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def page_text(browser, selector: str) -> str:
+    """The text of the first element matching the CSS selector, "" while there is none."""
+    from selenium.webdriver.common.by import By
+
+    found = browser.find_elements(By.CSS_SELECTOR, selector)
+    return found[0].text if found else ""
 
 
 def log_end(process: dict) -> int:

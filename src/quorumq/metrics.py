@@ -33,6 +33,11 @@ def enabled(config: Config) -> bool:
     return config["metricsExporterType"] == "PROM"
 
 
+def address(config: Config) -> tuple[str, int]:
+    """Where the process serves /metrics."""
+    return config["metricsPromExporterHost"] or config["bindAddress"], config["metricsPromExporterPort"]
+
+
 class Histogram:
     """Bucket counts kept as plain ints; `family` builds Prometheus's cumulative form."""
 
@@ -171,8 +176,7 @@ class Exporter:
     """The /metrics endpoint of one process, on its event loop."""
 
     def __init__(self, config: Config, collect: Callable[[], Iterable[Metric]]) -> None:
-        self.host = config["metricsPromExporterHost"] or config["bindAddress"]
-        self.port = config["metricsPromExporterPort"]
+        self.host, self.port = address(config)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(collect))
         self._server: asyncio.Server | None = None

@@ -29,8 +29,8 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
 from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
-from harness import (check_for, cli, log_end, log_since, metric, pid_alive, scrape, start_process, stop_process,
-                     v5_message, v5_send)
+from harness import (check_for, cli, console_errors, headless_chromium, log_end, log_since, metric, page_text,
+                     pid_alive, scrape, start_process, stop_process, v5_message, v5_send)
 from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer
 from quorumq.controller.server import NEW_LEADER_GRACE_S
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
@@ -120,6 +120,26 @@ def test_an_election_is_counted_with_its_cause_in_the_metrics(group):
     assert metric(on_new_master, "quorumq_broker_role", role="master") == 1
     check_for(10, 0.2, lambda: metric(scrape(new_master), "quorumq_degraded_quorum_seconds_total") > 0,
               "the new master's quorum counted as degraded")
+
+
+def test_the_dashboard_shows_the_new_master_after_the_old_ones_sigkill(group):
+    """The page `quorumq up` starts, in a headless chromium: it names the master, its epoch and the
+    leading controller, and after a SIGKILL of the master, the elected one with the newer epoch."""
+    master_on_page = '[data-group="broker-a"] [data-role="master"]'
+    old_master = group.master()
+    epoch = group.status(old_master)["masterEpoch"]
+    with headless_chromium() as browser:
+        browser.get(group.cluster["dashboard"])
+        check_for(SETTLE_S, 0.1, lambda: page_text(browser, master_on_page) == old_master["address"],
+                  "the master named")
+        assert page_text(browser, '[data-group="broker-a"] [data-role="epoch"]') == epoch
+        assert page_text(browser, "#controller").startswith("leader 127.0.0.1:")
+        stop_process(old_master, signal.SIGKILL)
+        new_master = check_for(FAILOVER_S, 0.05, lambda: group.master() is not old_master and group.master())
+        check_for(FAILOVER_S, 0.1, lambda: page_text(browser, master_on_page) == new_master["address"],
+                  "the new master named")
+        assert page_text(browser, '[data-group="broker-a"] [data-role="epoch"]') == str(int(epoch) + 1)
+        assert console_errors(browser) == []
 
 
 def test_an_acknowledged_commit_survives_the_masters_sigkill(group):

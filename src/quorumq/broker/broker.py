@@ -805,6 +805,8 @@ class Broker:
                        flushedOffset=self.store.flushed_offset, pendingMessages=self.pending_messages,
                        topicCount=len(self.topics.all()), diskUsedRatio=round(self.store.disk_usage_ratio(), 4),
                        writable=self.writable, brokerRole=self.role.value)
+        if self.metrics is not None:
+            figures["metricsAddress"] = "%s:%d" % metrics.address(self.config)
         if self.replication is not None:
             figures.update(aliveReplicas=self.alive_replicas, inSyncReplicas=self.in_sync_replicas(),
                            slaves=",".join(str(slave_id) for slave_id in sorted(self.replication.slaves)),

@@ -5,6 +5,7 @@ Ports are laid out from a base port P, all within P..P+199:
   ZooKeeper               P+1 (with --controller)
   controller c            P+2+c (with --controller)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
+  dashboard               P+9 (`quorumq dashboard`, unless --no-dashboard)
   metrics                 each process's gRPC port + 100 (Prometheus, http://HOST:PORT/metrics)
 The first hundred can hold 9 groups of 5 replicas with no port to spare, hence the second hundred
 for metrics. `--set metricsExporterType=DISABLE` turns the metrics off.
@@ -49,6 +50,7 @@ REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
 ZOOKEEPER_PORT_OFFSET = 1
 CONTROLLER_PORT_OFFSET = 2
 CONTROLLERS_MAX = 5
+DASHBOARD_PORT_OFFSET = 9  # free: the controllers end at P+6, the brokers begin at P+10
 STOP_GRACE_S = 10.0
 REGISTER_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -269,10 +271,24 @@ async def wait_registered(processes: list[Planned], cluster: str, stopping: asyn
     return None
 
 
+def start_dashboard(processes: list[Planned], directory: Path, port: int) -> subprocess.Popen:
+    """`quorumq dashboard` over the cluster, logging to DIR/dashboard/dashboard.log."""
+    controllers = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "dashboard.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "quorumq.cli.main", "dashboard", "-n", processes[0].address, "--host", HOST,
+             "--port", str(port), *(["-a", controllers] if controllers else [])],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)
+
+
 def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
-                       zookeeper: LocalZooKeeper | None = None) -> None:
+                       zookeeper: LocalZooKeeper | None = None, dashboard: str = "") -> None:
     document = {"cluster": cluster, "access_point": processes[0].address,
                 "processes": [p.describe() for p in processes]}
+    if dashboard:
+        document["dashboard"] = dashboard
     if zookeeper is not None:
         document["zookeeper"] = {"kind": "zookeeper", "pid": zookeeper.pid, "address": zookeeper.address,
                                  "log": str(zookeeper.log_path), "data_dir": str(zookeeper.data_dir)}
@@ -282,8 +298,11 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
     partial.replace(path)  # readers never see half a file
 
 
-def summary(cluster: str, directory: Path, processes: list[Planned], zookeeper: LocalZooKeeper | None) -> str:
+def summary(cluster: str, directory: Path, processes: list[Planned], zookeeper: LocalZooKeeper | None,
+            dashboard: str = "") -> str:
     lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
+    if dashboard:
+        lines.append(f"  dashboard     {dashboard}")
     if zookeeper is not None:
         lines.append(f"  {'zookeeper':<22} {zookeeper.address:<16} pid {zookeeper.pid:<8} log {zookeeper.log_path}")
     for p in processes:
@@ -304,6 +323,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     cluster_file.unlink(missing_ok=True)  # a stale file would announce a cluster that is not up
+    dashboard, dashboard_url = None, ""
     try:
         if zookeeper is not None:
             zookeeper.start()
@@ -316,8 +336,12 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         if problem:
             print(f"quorumq up: {problem}", file=sys.stderr, flush=True)
             return 1
-        write_cluster_file(cluster_file, args.cluster, processes, zookeeper)
-        print(summary(args.cluster, args.dir, processes, zookeeper), flush=True)
+        if args.dashboard:
+            port = args.base_port + DASHBOARD_PORT_OFFSET
+            dashboard = start_dashboard(processes, args.dir / "dashboard", port)
+            dashboard_url = f"http://{HOST}:{port}/"
+        write_cluster_file(cluster_file, args.cluster, processes, zookeeper, dashboard_url)
+        print(summary(args.cluster, args.dir, processes, zookeeper, dashboard_url), flush=True)
         reported: set[str] = set()
         while not stopping.is_set():  # a process that dies is reported, never restarted
             for process in exited(processes):
@@ -331,6 +355,9 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
                 pass
         return 0
     finally:
+        if dashboard is not None:
+            dashboard.terminate()
+            dashboard.wait()
         stop(processes)
         if zookeeper is not None:
             zookeeper.stop()
@@ -369,6 +396,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,
                         metavar="INDEX:KEY=VALUE",
                         help="a config key for one broker, counted from 0 in cluster.json order (repeatable)")
+    parser.add_argument("--no-dashboard", dest="dashboard", action="store_false",
+                        help=f"do not start `quorumq dashboard` (on P+{DASHBOARD_PORT_OFFSET})")
     parser.add_argument("--timeout", type=float, default=REGISTER_TIMEOUT_S,
                         help="seconds to wait for every broker to register (default %(default)s)")
     parser.set_defaults(run=run)
