@@ -379,7 +379,7 @@ class Bench(bf.Bench):
     def quorumq_sets(self, replicas: int, flush: str, **keys) -> list[str]:
         values = {"brokerRole": "SYNC_MASTER", "flushDiskType": flush, "metricsExporterType": "DISABLE",
                   "mappedFileSizeCommitLog": str(self.opts.segment_bytes), **keys}
-        args = ["--replicas", str(replicas)]
+        args = ["--replicas", str(replicas), "--no-dashboard"]
         for key, value in values.items():
             args += ["--set", f"{key}={value}"]
         return args + list(self.opts.quorumq_set)
