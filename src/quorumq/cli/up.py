@@ -349,6 +349,10 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
                     reported.add(process.name)
                     print(f"quorumq up: {process.name} (pid {process.process.pid}) exited with code "
                           f"{process.process.returncode}", file=sys.stderr, flush=True)
+            if dashboard is not None and dashboard.poll() is not None and "dashboard" not in reported:
+                reported.add("dashboard")
+                print(f"quorumq up: the dashboard exited with code {dashboard.returncode}; see "
+                      f"{args.dir / 'dashboard' / 'dashboard.log'}", file=sys.stderr, flush=True)
             try:
                 await asyncio.wait_for(stopping.wait(), timeout=0.5)
             except TimeoutError:
