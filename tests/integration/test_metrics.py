@@ -67,6 +67,7 @@ def test_every_process_is_scraped_and_sends_and_reads_are_counted(replica_group)
         len(pulled.messages) == 10
     check_for(10, 0.1, lambda: metric(scrape(master), "rocketmq_consumer_lag_messages", topic=TOPIC,
                                       consumer_group=GROUP) == 31 - 10, "the group's lag")
+    assert metric(scrape(master), "rocketmq_consumer_lag_latency", topic=TOPIC, consumer_group=GROUP) > 0
 
 
 def test_replication_lag_rises_while_a_slave_is_stopped_and_falls_when_it_resumes(replica_group):

@@ -12,6 +12,7 @@ from quorumq import limits
 from quorumq.core.quorum import BrokerRole
 from quorumq.metrics import MESSAGE_SIZE_BUCKETS, BoundedLabels, Families, Histogram, RpcLatency
 from quorumq.store import AppendResult
+from quorumq.store.codec import store_timestamp_of
 
 
 class BrokerCounters:
@@ -85,8 +86,10 @@ def collect(broker) -> Iterable:
                            group_topic)
     yield families.counter("rocketmq_throughput_out_total", "bytes read by consumers", counters.bytes_out,
                            group_topic)
-    lag, inflight = _consumer_positions(broker)
+    lag, lag_latency, inflight = _consumer_positions(broker)
     yield families.gauge("rocketmq_consumer_lag_messages", "messages stored but not consumed", lag, group_topic)
+    yield families.gauge("rocketmq_consumer_lag_latency", "age in milliseconds of the oldest message not consumed",
+                         lag_latency, group_topic)
     yield families.gauge("rocketmq_consumer_inflight_messages", "messages received but not acked", inflight,
                          group_topic)
     yield families.gauge("rocketmq_topic_number", "topics", len(broker.topics.all()))
@@ -100,16 +103,27 @@ def collect(broker) -> Iterable:
     yield from _quorumq(broker, families)
 
 
-def _consumer_positions(broker) -> tuple[dict, dict]:
-    """Per (topic, group): the messages past its committed offsets, and those leased to it."""
+def _consumer_positions(broker) -> tuple[dict, dict, dict]:
+    """Per (topic, group): the messages past its committed offsets, the age of the oldest of them
+    (one record read per queue behind; none for the overflow label's pairs), and the messages
+    leased to it."""
     lag: dict[tuple[str, str], int] = {}
+    lag_latency: dict[tuple[str, str], int] = {}
     inflight: dict[tuple[str, str], int] = {}
     consumers, store, label = broker.consumers, broker.store, broker.metrics.group_topic_label
+    now_ms = broker.clock.now_ms()
     for group, topic, queue_id, offset in consumers.positions():
         key = label((topic, group))
-        lag[key] = lag.get(key, 0) + max(store.queue_max_offset(topic, queue_id) - offset, 0)
+        behind = max(store.queue_max_offset(topic, queue_id) - offset, 0)
+        lag[key] = lag.get(key, 0) + behind
+        lag_latency.setdefault(key, 0)
+        if behind and key[0] != limits.METRICS_OVERFLOW_LABEL:
+            oldest = store.get_records(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX).messages
+            stored_ms = store_timestamp_of(oldest[0]) if oldest else None
+            if stored_ms is not None:
+                lag_latency[key] = max(lag_latency[key], now_ms - stored_ms)
         inflight[key] = inflight.get(key, 0) + consumers.inflight(group, topic, queue_id)
-    return lag, inflight
+    return lag, lag_latency, inflight
 
 
 def _quorumq(broker, families: Families) -> Iterable:
