@@ -39,7 +39,7 @@ def address(config: Config) -> tuple[str, int]:
 
 
 class Histogram:
-    """Bucket counts kept as plain ints; `family` builds Prometheus's cumulative form."""
+    """Bucket counts kept as plain ints; `buckets` gives Prometheus's cumulative form."""
 
     __slots__ = ("bounds", "counts", "total")
 
