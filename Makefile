@@ -5,10 +5,11 @@ PYTHON_BASE ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 # Debian packages the project needs beyond Python itself (nats-server: the benchmark baseline;
-# zookeeper: the controllers' consensus; openjdk-17-jre-headless: the JVM under ZooKeeper and PySpark).
+# zookeeper: the controllers' consensus; openjdk-17-jre-headless: the JVM under ZooKeeper and PySpark;
+# chromium, chromium-driver: the dashboard's browser tests).
 # nodejs and npm (for the official Node.js client the tests drive) are installed only when the `node`
 # or `npm` command is missing: a NodeSource nodejs brings its own npm and conflicts with Debian's.
-DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless
+DEBIAN_PACKAGES := nats-server zookeeper openjdk-17-jre-headless chromium chromium-driver
 SETUP_STAMP := $(VENV)/.setup-done
 # The official Node.js client, pinned in tests/node/package.json and its lock.
 NODE_DIR := tests/node

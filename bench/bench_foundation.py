@@ -695,8 +695,9 @@ class Bench:
         name = f"quorumq-{flush.lower()}"
         print(f"quorumq, flushDiskType={flush} (quorumq up --dir {self.workdir / name} --base-port {port})",
               flush=True)
-        up, cluster, data = self.start_quorumq(name, port, ["--set", f"flushDiskType={flush}",
-                                                            *self.opts.quorumq_set])
+        # No dashboard and no metrics, as the published figures were measured (--set can turn them on).
+        up, cluster, data = self.start_quorumq(name, port, ["--no-dashboard", "--set", "metricsExporterType=DISABLE",
+                                                            "--set", f"flushDiskType={flush}", *self.opts.quorumq_set])
         pids = []
         try:
             if cluster is None:

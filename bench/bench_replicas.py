@@ -55,7 +55,7 @@ STALL_REPLICAS = 2
 TARGET_ISR = 2  # with inSyncReplicas 2 ...
 TARGET_FACTOR = 2.0  # ... quorumq's batch send should reach twice the NATS R3 lean pipeline rate
 SEGMENT_BYTES = 64 * 1024 * 1024  # mappedFileSizeCommitLog: small preallocated segments, the disk is shared
-PORT_BLOCK = 100  # one `quorumq up` uses P..P+99
+PORT_BLOCK = 200  # one `quorumq up` uses P..P+199
 # Where a block is looked for when the preferred one is taken (the tests pick theirs in the same range,
 # below Linux's ephemeral ports).
 PORT_RANGE = (21000, 32000)
@@ -377,9 +377,9 @@ class Bench(bf.Bench):
     # ---- quorumq with replicas -----------------------------------------------------------------------
 
     def quorumq_sets(self, replicas: int, flush: str, **keys) -> list[str]:
-        values = {"brokerRole": "SYNC_MASTER", "flushDiskType": flush,
+        values = {"brokerRole": "SYNC_MASTER", "flushDiskType": flush, "metricsExporterType": "DISABLE",
                   "mappedFileSizeCommitLog": str(self.opts.segment_bytes), **keys}
-        args = ["--replicas", str(replicas)]
+        args = ["--replicas", str(replicas), "--no-dashboard"]
         for key, value in values.items():
             args += ["--set", f"{key}={value}"]
         return args + list(self.opts.quorumq_set)
@@ -410,15 +410,16 @@ class Bench(bf.Bench):
                               f"30 s ({status}); measured anyway")
         return up, cluster, data, master, slaves
 
-    def run_quorumq(self, isr: int, flush: str, port: int):
-        system = f"quorumq R{QQ_REPLICAS} ISR{isr} {flush}"
-        name = f"qq-r{QQ_REPLICAS}-isr{isr}-{flush.lower()}"
+    def run_quorumq(self, isr: int, flush: str, port: int, metrics: str = "off"):
+        system = f"quorumq R{QQ_REPLICAS} ISR{isr} {flush}" + (" metrics on" if metrics == "on" else "")
+        name = f"qq-r{QQ_REPLICAS}-isr{isr}-{flush.lower()}" + ("-metrics" if metrics == "on" else "")
         print(f"quorumq {QQ_REPLICAS} replicas, inSyncReplicas={isr}, {flush}", flush=True)
         b, n = self.opts.batch, self.opts.inflight
         batch_m = f"Producer.send_batch ({b}/request, {n} in flight)"
         single_m = "single send (1 message, 1 in flight)"
         up, cluster, data, master, slaves = self.start_group(
-            name, port, self.quorumq_sets(QQ_REPLICAS, flush, inSyncReplicas=isr), QQ_REPLICAS)
+            name, port, self.quorumq_sets(QQ_REPLICAS, flush, inSyncReplicas=isr,
+                                          metricsExporterType="PROM" if metrics == "on" else "DISABLE"), QQ_REPLICAS)
         try:
             if cluster is None:
                 for m, kind in ((batch_m, "qq_batch"), (single_m, "qq_single")):
@@ -634,7 +635,8 @@ class Bench(bf.Bench):
                 if "quorumq" in parts:
                     for flush in opts.flush:
                         for isr in opts.isr:
-                            self.run_quorumq(isr, flush, opts.base_port + PORT_BLOCK * block)
+                            for metrics in opts.metrics:  # interleaved in each round
+                                self.run_quorumq(isr, flush, opts.base_port + PORT_BLOCK * block, metrics)
                             block += 1
                 if "stall" in parts:
                     for auto in (True, False):
@@ -672,11 +674,14 @@ def main():
     p.add_argument("--seconds", type=float, default=4.0, help="length of each measurement (default 4)")
     p.add_argument("--repeat", type=int, default=1, help="rounds of everything; the table shows medians")
     p.add_argument("--base-port", type=int, default=26000,
-                   help="quorumq configurations use P+100*k..P+100*k+99 (k = 0..7), NATS P+900.., the empty "
-                        "server P+950 (default 26000)")
+                   help="quorumq configurations use P+200*k..P+200*k+199 (k = 0..7), NATS P+1800.., the empty "
+                        "server P+1850 (default 26000)")
     p.add_argument("--isr", type=csv_of(int), default=[1, 2, 3], help="inSyncReplicas values (default 1,2,3)")
     p.add_argument("--flush", type=csv_of(str), default=["ASYNC_FLUSH", "SYNC_FLUSH"],
                    help="flushDiskType values (default ASYNC_FLUSH,SYNC_FLUSH)")
+    p.add_argument("--metrics", type=csv_of(str), default=["off"],
+                   help="Prometheus metrics of the quorumq processes: off, on, or on,off to measure both in each "
+                        "round (default off)")
     p.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")
     p.add_argument("--inflight", type=int, default=8, help="quorumq send_batch requests in flight (default 8)")
     p.add_argument("--nats-window", type=int, default=1024, help="NATS lean publishes in flight")

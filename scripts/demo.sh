@@ -35,6 +35,7 @@ if [ "${DEMO_EXIT:-0}" = 1 ]; then
     exit 0
 fi
 echo
-echo "The cluster keeps running; try: .venv/bin/quorumq admin clusterList -n 127.0.0.1:$BASE_PORT"
+echo "The cluster keeps running; its dashboard is at http://127.0.0.1:$((BASE_PORT + 9))/ (unless --no-dashboard)"
+echo "try: .venv/bin/quorumq admin clusterList -n 127.0.0.1:$BASE_PORT"
 echo "Ctrl-C stops it."
 wait "$UP_PID"

@@ -1,7 +1,7 @@
 """Test helpers shared by every suite: a real cluster from `quorumq up`, its processes, the CLI, polling.
 
 A cluster is the parsed DIR/cluster.json of a `quorumq up` run in a subprocess on a free range of
-100 ports. Teardown stops `up` by its pid and SIGKILLs any process of the cluster still alive, so a
+200 ports. Teardown stops `up` by its pid and SIGKILLs any process of the cluster still alive, so a
 failing test leaves nothing running.
 """
 
@@ -15,7 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -24,6 +26,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from quorumq.cli.up import PORT_SPAN
 from quorumq.client import AdminClient, Blocking
@@ -123,6 +126,53 @@ def stop_process(process: dict, sig: int = signal.SIGTERM, timeout: float = STOP
             os.kill(pid, signal.SIGKILL)
             deadline = float("inf")
         time.sleep(0.05)
+
+
+def scrape(process: dict) -> dict[tuple[str, frozenset], float]:
+    """A process's /metrics as Prometheus reads it, at cluster.json's "metrics" address:
+    (sample name, its labels) -> value."""
+    with urllib.request.urlopen(f"http://{process['metrics']}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def metric(samples: dict, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels`."""
+    wanted = set(labels.items())
+    return sum(value for (sample, sample_labels), value in samples.items()
+               if sample == name and wanted <= sample_labels)
+
+
+@contextmanager
+def headless_chromium():
+    """Debian's chromium driven by selenium through Debian's chromedriver (selenium's own driver
+    manager cannot download here); the browser's console is kept for `console_errors`."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1100"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+def console_errors(browser) -> list[str]:
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def page_text(browser, selector: str) -> str:
+    """The text of the first element matching the CSS selector, "" while there is none."""
+    from selenium.webdriver.common.by import By
+
+    found = browser.find_elements(By.CSS_SELECTOR, selector)
+    return found[0].text if found else ""
 
 
 def log_end(process: dict) -> int:

@@ -131,6 +131,10 @@ KEYS: dict[str, Key] = {
     "enableElectUncleanMaster": Key(_bool, False, C, live=True),
     "notifyBrokerRoleChanged": Key(_bool, True, C),
     "enablePreferredMaster": Key(_bool, False, C, live=True),
+    # Metrics (RocketMQ 5's exporter keys; quorumq exports Prometheus only, at /metrics).
+    "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
+    "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
+    "metricsPromExporterPort": Key(int, 5557, BNC),
 }
 
 # Keys RocketMQ's broker or name server knows that quorumq does not use (yet): accepted, warned once.

@@ -89,6 +89,15 @@ def check_segment_size(segment_bytes: int, max_message_size: int) -> None:
 # Peers.
 CONNECTIONS_PER_BROKER_MAX = 1024
 
+# Metrics (src/quorumq/metrics.py): label values one process exports, so that ten thousand topics
+# cannot make a scrape of megabytes; values past a bound are summed under METRICS_OVERFLOW_LABEL.
+METRICS_TOPICS_MAX = 200  # topics labelled in the per-topic series (a Grafana table stays readable)
+METRICS_GROUP_TOPICS_MAX = 500  # (consumer group, topic) pairs labelled in the per-group series
+METRICS_OVERFLOW_LABEL = "(other)"  # not a legal topic or group name (NAME_PATTERN): it never collides
+METRICS_SAMPLE_INTERVAL_S = 1.0  # how often a broker samples whether its quorum is degraded
+HTTP_HEAD_BYTES_MAX = 8 * KiB  # the request head a scraper or browser may send (src/quorumq/http.py)
+HTTP_BODY_BYTES_MAX = 64 * KiB  # a dashboard action's form: a test message's body, at most
+
 # Replication (master -> slave stream, slave -> master reports).
 # The largest record the store can hold at the largest maxMessageSize. A BLANK that pads a segment
 # end is shorter than the record that did not fit plus a BLANK header, and RECORD_HEADER_BYTES_MAX

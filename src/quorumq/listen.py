@@ -34,12 +34,13 @@ class UndeliveredResponse(logging.Filter):
 _UNDELIVERED = UndeliveredResponse()
 
 
-def grpc_server(address: str, options: Sequence[tuple[str, object]] = ()) -> grpc.aio.Server:
+def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
+                interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
-    server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
     try:
         server.add_insecure_port(address)
     except RuntimeError as error:

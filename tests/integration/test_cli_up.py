@@ -16,7 +16,7 @@ def test_up_refuses_an_unknown_key_naming_it(tmp_path):
     result = cli("up", "--dir", tmp_path, "--set", "noSuchKey=1")
     assert result.returncode == 2
     assert "unknown config key 'noSuchKey'" in result.stderr
-    assert not (tmp_path / "cluster.json").exists() and cluster.up.returncode == 1
+    assert not (tmp_path / "cluster.json").exists()
 
 
 def test_up_refuses_keys_it_lays_out_and_bad_values(tmp_path):
@@ -77,7 +77,11 @@ def test_up_lays_out_ports_configs_and_cluster_file(start_cluster):
     assert len({p["data_dir"] for p in cluster["processes"]}) == 3
 
     namesrv_config, a_config, b_config = (read_properties(open(p["config"]).read()) for p in cluster["processes"])
-    assert namesrv_config == {"listenPort": str(base), "brokerNotActiveTimeoutMillis": "30000"}
+    assert namesrv_config == {"listenPort": str(base), "brokerNotActiveTimeoutMillis": "30000",
+                              "metricsExporterType": "PROM", "metricsPromExporterPort": str(base + 100)}
+    # Every process's metrics port is its gRPC port + 100, named in cluster.json.
+    assert [p["metrics"] for p in cluster["processes"]] == [
+        f"127.0.0.1:{base + offset}" for offset in (100, 110, 120)]
     assert a_config["haListenPort"] == str(base + 11) and b_config["haListenPort"] == str(base + 21)
     ports = [int(c[key]) for c in (namesrv_config, a_config, b_config) for key in ("listenPort", "haListenPort")
              if key in c]
@@ -160,14 +164,14 @@ def test_up_names_what_keeps_a_cluster_from_being_writable(tmp_path):
         cluster.stop()
     assert "not writable within 5 s" in str(failed.value)
     assert "broker-a's master" in str(failed.value) and "refuses sends" in str(failed.value)
-    assert not (tmp_path / "cluster.json").exists()
+    assert not (tmp_path / "cluster.json").exists() and cluster.up.returncode == 1
 
 
 def test_up_lays_out_a_zookeeper_ensemble_only_in_controller_mode(tmp_path):
     processes = plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], replicas=3, controllers=2,
                      zookeepers=3)
     controller = next(p for p in processes if p.kind is Kind.CONTROLLER)
-    assert controller.values["zookeeperAddress"] == "127.0.0.1:30001,127.0.0.1:30101,127.0.0.1:30102"
+    assert controller.values["zookeeperAddress"] == "127.0.0.1:30001,127.0.0.1:30090,127.0.0.1:30091"
     for controllers, zookeepers in ((0, 3), (2, 2), (2, 7)):
         with pytest.raises(QuorumqError):
             plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], controllers=controllers,

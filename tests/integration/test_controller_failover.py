@@ -29,8 +29,8 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
 
 from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
-from harness import (check_for, cli, free_base_port, log_end, log_since, pid_alive, start_process, stop_process,
-                     v5_message, v5_send)
+from harness import (check_for, cli, console_errors, free_base_port, headless_chromium, log_end, log_since, metric,
+                     page_text, pid_alive, scrape, start_process, stop_process, v5_message, v5_send)
 from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer, SendResult
 from quorumq.controller.server import NEW_LEADER_GRACE_S
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
@@ -131,6 +131,56 @@ def test_a_send_batch_resent_to_the_new_master_is_answered_from_the_copy_the_old
     again = check_for(FAILOVER_S, 0.05, resent, "the resend acknowledged by the new master")
     assert [r.queue_offset for r in again] == [0, 1, 2]
     assert group.bodies(topic) == [b"b0", b"b1", b"b2"]
+
+
+def leading_controller(group: Group) -> dict:
+    leader = group.admin_json("getControllerMetaData")["leader"]
+    return next(controller for controller in group.controllers if controller["address"] == leader)
+
+
+def test_an_election_is_counted_with_its_cause_in_the_metrics(group):
+    """The leading controller counts the election a master's SIGKILL causes (cause "controller":
+    it found the master lost), RocketMQ's election_total counts a new master elected, the new
+    master exports the newer epoch, and its quorum counts as degraded while the old master is
+    out of the SyncStateSet."""
+    controller = leading_controller(group)
+    before = scrape(controller)
+    assert metric(before, "role") == 1 and metric(before, "active_broker_num", broker_set="broker-a") == 3
+    old_master = group.master()
+    epoch = metric(scrape(old_master), "quorumq_master_epoch")
+    stop_process(old_master, signal.SIGKILL)
+    new_master = check_for(FAILOVER_S, 0.05, lambda: group.master() is not old_master and group.master())
+    after = scrape(controller)
+    assert metric(after, "quorumq_elections_total", broker_set="broker-a", cause="controller") == \
+        metric(before, "quorumq_elections_total", broker_set="broker-a", cause="controller") + 1
+    assert metric(after, "election_total", broker_set="broker-a", election_result="new_master_elected") == \
+        metric(before, "election_total", broker_set="broker-a", election_result="new_master_elected") + 1
+    assert metric(after, "request_latency_count", request_type="AlterSyncStateSet") >= 1
+    on_new_master = scrape(new_master)
+    assert metric(on_new_master, "quorumq_master_epoch") == epoch + 1
+    assert metric(on_new_master, "quorumq_broker_role", role="master") == 1
+    check_for(10, 0.2, lambda: metric(scrape(new_master), "quorumq_degraded_quorum_seconds_total") > 0,
+              "the new master's quorum counted as degraded")
+
+
+def test_the_dashboard_shows_the_new_master_after_the_old_ones_sigkill(group):
+    """The page `quorumq up` starts, in a headless chromium: it names the master, its epoch and the
+    leading controller, and after a SIGKILL of the master, the elected one with the newer epoch."""
+    master_on_page = '[data-group="broker-a"] [data-role="master"]'
+    old_master = group.master()
+    epoch = group.status(old_master)["masterEpoch"]
+    with headless_chromium() as browser:
+        browser.get(group.cluster["dashboard"])
+        check_for(SETTLE_S, 0.1, lambda: page_text(browser, master_on_page) == old_master["address"],
+                  "the master named")
+        assert page_text(browser, '[data-group="broker-a"] [data-role="epoch"]') == epoch
+        assert page_text(browser, "#controller").startswith("leader 127.0.0.1:")
+        stop_process(old_master, signal.SIGKILL)
+        new_master = check_for(FAILOVER_S, 0.05, lambda: group.master() is not old_master and group.master())
+        check_for(FAILOVER_S, 0.1, lambda: page_text(browser, master_on_page) == new_master["address"],
+                  "the new master named")
+        assert page_text(browser, '[data-group="broker-a"] [data-role="epoch"]') == str(int(epoch) + 1)
+        assert console_errors(browser) == []
 
 
 def test_an_acknowledged_commit_survives_the_masters_sigkill(group):
@@ -593,6 +643,8 @@ def test_the_preferred_broker_gets_the_role_back_once_caught_up(group):
         assert int(group.status(preferred)["brokerId"]) == int(preferred_id)
         assert group.master() is preferred
         assert acknowledged and set(acknowledged) <= set(group.bodies(topic))
+        assert metric(scrape(leading_controller(group)), "quorumq_preferred_master_handback_seconds_count",
+                      broker_set="broker-a") >= 1
     finally:
         config.write_text(original_config)
         cli("admin", "updateControllerConfig", "-a", group.controller_addresses, "-k", "enablePreferredMaster",

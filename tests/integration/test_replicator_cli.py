@@ -12,7 +12,7 @@ from typing import Callable
 
 import pytest
 
-from harness import Driver, check_for, create_topic
+from harness import Driver, check_for, create_topic, free_base_port, metric, scrape
 from quorumq.cli.main import build_parser, main
 from quorumq.cli.replicator import main_spark_submit
 from quorumq.core.replicator import decode_offsets
@@ -107,11 +107,18 @@ def replicate_with_a_kill(clusters, tmp_path, *extra: str) -> tuple[list[list[in
     killed_batch = last_planned_batch(checkpoint / "replicate")
     assert not (checkpoint / "replicate" / "commits" / str(killed_batch)).exists(), "killed before its commit"
 
-    driver = Driver(args, tmp_path / "driver-2.log")
+    metrics = {"metrics": f"127.0.0.1:{free_base_port(1)}"}
+    driver = Driver([*args, "--metrics", metrics["metrics"]], tmp_path / "driver-2.log")
     try:
         check_for(RUN_TIMEOUT_S, 0.5, lambda: [len(set(source_offsets(queue_messages(standby, topic, q))))
                                               for q in range(QUEUES)] == [PER_QUEUE] * QUEUES,
                   "every message on the standby after the restart")
+        def caught_up() -> bool:  # the driver's metrics, once its progress shows the last batch
+            samples = scrape(metrics)
+            return metric(samples, "quorumq_replicator_rows_per_second") > 0 and \
+                metric(samples, "quorumq_replicator_lag_messages", topic=topic) == 0
+        check_for(RUN_TIMEOUT_S, 0.5, caught_up, "the driver's metrics show no lag")
+        assert metric(scrape(metrics), "quorumq_replicator_messages_total", outcome="written") >= total - replayed
         # Progress is printed every 5 s: a fast replay may finish before the first line names it.
         check_for(RUN_TIMEOUT_S, 0.5, lambda: "replicate A->B: batch" in (tmp_path / "driver-2.log").read_text(),
                   "progress printed")

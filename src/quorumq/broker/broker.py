@@ -16,13 +16,15 @@ All state is owned by the event-loop thread; only fdatasync runs in a worker thr
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Callable, Mapping
 
-from quorumq import limits
+from quorumq import limits, metrics
 from quorumq.broker.consumers import ConsumerGroups, read_messages
+from quorumq.broker.metrics import BrokerCounters, read_size
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config
@@ -88,6 +90,7 @@ class Broker:
         self.pending_messages = 0
         self.writable = True
         self.stats = {"msgPutTotal": 0, "msgGetTotal": 0, "sendRejectedTotal": 0, "msgSkippedTooLargeTotal": 0}
+        self.metrics = BrokerCounters() if metrics.enabled(config) else None  # None: nothing counted
         self._round_robin: dict[str, int] = {}
         self.controller_mode = config["enableControllerMode"]
         # Controller mode starts fenced: a slave without a master until the controller names one.
@@ -517,8 +520,9 @@ class Broker:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
 
     async def pull(self, topic: str, queue_id: int, offset: int, max_count: int, tags: frozenset[str] | None,
-                   budget_s: float, raw: bool = False) -> GetResult:
-        """Read a queue from `offset` (from its min if below it), waiting up to `budget_s` for news."""
+                   budget_s: float, raw: bool = False, group: str = "") -> GetResult:
+        """Read a queue from `offset` (from its min if below it), waiting up to `budget_s` for news;
+        `group` names the reader in the metrics."""
         self.check_queue(topic, queue_id)
         deadline = self.clock.monotonic() + budget_s
         offset = max(offset, 0)
@@ -529,12 +533,17 @@ class Broker:
                 continue
             left = deadline - self.clock.monotonic()
             if result.messages or result.status is GetStatus.OFFSET_OVERFLOW_BADLY or left <= 0:
-                self.stats["msgGetTotal"] += len(result.messages)
+                self.count_read(topic, group, result.messages)
                 return result
             if result.next_offset > offset:  # only filtered-out messages so far: move on, keep waiting
                 offset = result.next_offset
                 continue
             await self.arrivals.wait(topic, left)
+
+    def count_read(self, topic: str, group: str, messages: list) -> None:
+        self.stats["msgGetTotal"] += len(messages)
+        if self.metrics is not None and messages:
+            self.metrics.read(topic, group, len(messages), read_size(messages))
 
     # The send path.
 
@@ -577,7 +586,7 @@ class Broker:
         try:
             if accepted:
                 batch = [message for _, message in accepted]
-                status, appended = await self._append(len(batch), {message.topic for message in batch},
+                status, appended = await self._append(len(batch), Counter(message.topic for message in batch),
                                                       lambda: self._remember(batch, self.store.append(batch)),
                                                       answer_by)
                 offsets = appended.offsets if appended is not None else [(-1, -1)] * len(batch)
@@ -591,6 +600,9 @@ class Broker:
             for index in [index for index, _ in accepted] + [index for index, _ in retried]:
                 if results[index] is None:
                     results[index] = PutResult(None, error=error)
+        if self.metrics is not None:
+            for result in results:
+                self.metrics.answered(result.status.name if result.error is None else result.error.error.name)
         return results
 
     def _remember(self, batch: list[MessageIn], appended: AppendResult) -> AppendResult:
@@ -630,6 +642,18 @@ class Broker:
         a refusal raises, since the records are stored all or none. IN_SYNC_REPLICAS_NOT_ENOUGH
         stores none: its queue offset is -1. A resend (`request_id`, its first record's message id,
         stored recently for the same queue, core/recent_sends.py) is answered from the first copy."""
+        try:
+            status, queue_offset = await self._put_encoded(topic, queue_id, records, count, request_id, answer_by)
+        except QuorumqError as error:
+            if self.metrics is not None:
+                self.metrics.answered(error.error.name, count)
+            raise
+        if self.metrics is not None:
+            self.metrics.answered(status.name, count)
+        return status, queue_offset
+
+    async def _put_encoded(self, topic: str, queue_id: int, records: bytes, count: int, request_id: str,
+                           answer_by: float | None) -> tuple[PutStatus, int]:
         copy = self.recent_sends.batch(request_id, queue_id, count, lambda: _last_message_id(records))
         if copy is not None:
             return await self._confirm([copy], answer_by), copy.queue_offset
@@ -641,7 +665,7 @@ class Broker:
             self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset, count))
             return appended
 
-        status, appended = await self._append(count, (topic,), append, answer_by)
+        status, appended = await self._append(count, {topic: count}, append, answer_by)
         return status, appended.offsets[0][1] if appended is not None else -1
 
     def _check_role(self) -> None:
@@ -676,12 +700,12 @@ class Broker:
             raise QuorumqError(Error.TOO_MANY_REQUESTS, f"more than {limits.PENDING_SEND_MESSAGES_MAX} messages "
                                                         "wait to be stored; retry later")
 
-    async def _append(self, count: int, topics: Collection[str], store_append: Callable[[], AppendResult],
+    async def _append(self, count: int, topics: Mapping[str, int], store_append: Callable[[], AppendResult],
                       answer_by: float | None = None) -> tuple[PutStatus, AppendResult | None]:
         """Every send path's append: admission against the pending bound, the quorum pre-check
         (IN_SYNC_REPLICAS_NOT_ENOUGH appends nothing: no AppendResult), `store_append` (one write of
-        `count` messages), waking the slaves' senders and the topics' long polls, then the flush and
-        replica waits."""
+        `count` messages, `topics` counting them per topic), waking the slaves' senders and the
+        topics' long polls, then the flush and replica waits."""
         self._admit(count)
         plan = self._plan_put()
         if plan.rejected:
@@ -691,6 +715,8 @@ class Broker:
         try:
             appended = store_append()
             self.stats["msgPutTotal"] += count
+            if self.metrics is not None:
+                self.metrics.stored(topics, appended)
             # Stored messages are readable at once, as RocketMQ dispatches them before any wait
             # (with a read bound, once the members hold them: readable_end); a send cancelled
             # during its wait must not leave long polls asleep.
@@ -809,6 +835,8 @@ class Broker:
                        flushedOffset=self.store.flushed_offset, pendingMessages=self.pending_messages,
                        topicCount=len(self.topics.all()), diskUsedRatio=round(self.store.disk_usage_ratio(), 4),
                        writable=self.writable, brokerRole=self.role.value, acceptsSends=self.accepts_sends())
+        if self.metrics is not None:
+            figures["metricsAddress"] = "%s:%d" % metrics.address(self.config)
         if self.replication is not None:
             figures.update(aliveReplicas=self.alive_replicas, inSyncReplicas=self.in_sync_replicas(),
                            slaves=",".join(str(slave_id) for slave_id in sorted(self.replication.slaves)),

@@ -15,6 +15,7 @@ from quorumq import heap, limits
 from quorumq.broker.admin import BrokerAdminService
 from quorumq.broker.broker import Broker
 from quorumq.broker.controller_link import ControllerLink
+from quorumq.broker.metrics import collect, sample_degraded
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
@@ -27,6 +28,7 @@ from quorumq.namesrv.registry import RouteRegistry, client_route
 from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import QuorumqError
 from quorumq.listen import grpc_server
+from quorumq.metrics import Exporter
 
 log = logging.getLogger("quorumq.broker")
 
@@ -172,12 +174,12 @@ async def serve(config: Config) -> None:
     heap.keep_freed_memory()
     clock = Clock()
     address = f"{config['bindAddress']}:{config['listenPort']}"
+    broker = Broker(config, clock)
     # Bound before the store's recovery, so that a taken port is said at once.
     server = grpc_server(address, options=[
         ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
         ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
-    ])
-    broker = Broker(config, clock)
+    ], interceptors=[broker.metrics.rpc] if broker.metrics is not None else [])
     broker.open()
     namesrv = NameServerLink(broker)
     # In controller mode every replica takes the official client's requests for the master.
@@ -188,6 +190,9 @@ async def serve(config: Config) -> None:
     pb_grpc.add_MessageWriterServicer_to_server(MessageWriterService(broker), server)
     await server.start()
     await broker.start()
+    exporter = Exporter(config, lambda: collect(broker)) if broker.metrics is not None else None
+    if exporter is not None:
+        await exporter.start()
     log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"],
              "controller mode" if broker.controller_mode else config["brokerRole"], address, broker.address)
     loops = [namesrv.keep_registered(),
@@ -201,6 +206,8 @@ async def serve(config: Config) -> None:
         loops.append(copy_master_metadata(broker))
     elif config["enableSlaveActingMaster"]:
         loops.append(namesrv.keep_member_count())
+    if exporter is not None:
+        loops.append(sample_degraded(broker))
     tasks = [asyncio.create_task(coroutine) for coroutine in loops]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -214,6 +221,8 @@ async def serve(config: Config) -> None:
         await link.close()
     await namesrv.unregister()
     await server.stop(grace=1.0)
+    if exporter is not None:
+        await exporter.stop()
     await broker.close()
     log.info("broker stopped")
 

@@ -1,5 +1,5 @@
-"""The `quorumq` command: run a name server, a broker or a controller, a local cluster (`up`), or
-admin commands."""
+"""The `quorumq` command: run a name server, a broker or a controller, a local cluster (`up`), admin
+commands, or the dashboard."""
 
 import argparse
 import logging
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from quorumq import __version__
-from quorumq.cli import admin, replicator, up
+from quorumq.cli import admin, dashboard, replicator, up
 from quorumq.config import Config, Kind
 from quorumq.errors import QuorumqError
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_parser(commands)
     admin.add_parser(commands)
     replicator.add_parser(commands)
+    dashboard.add_parser(commands)
     return parser
 
 

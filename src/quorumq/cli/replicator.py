@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-seconds", type=float, default=limits.REPLICATOR_HEARTBEAT_INTERVAL_S)
     parser.add_argument("--checkpoint-seconds", type=float, default=limits.REPLICATOR_CHECKPOINT_INTERVAL_S)
     parser.add_argument("--config-seconds", type=float, default=limits.REPLICATOR_CONFIG_INTERVAL_S)
+    parser.add_argument("--metrics", default="", metavar="HOST:PORT",
+                        help="serve the driver's Prometheus metrics at http://HOST:PORT/metrics (default off)")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         max_records_per_trigger=args.max_records_per_trigger, trigger_s=args.trigger_seconds,
         heartbeat_interval_s=args.heartbeat_seconds, checkpoint_interval_s=args.checkpoint_seconds,
         config_interval_s=args.config_seconds)
-    return run_driver(settings, args.spark_master)
+    return run_driver(settings, args.spark_master, args.metrics)
 
 
 def main_spark_submit(argv: list[str]) -> int:

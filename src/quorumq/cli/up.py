@@ -4,10 +4,13 @@ Ports are laid out from a base port P, all within P..P+199:
   name server             P
   ZooKeeper node 0        P+1 (with --controller)
   controller c            P+2+c (with --controller)
+  dashboard               P+9 (`quorumq dashboard`, unless --no-dashboard)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
-  ZooKeeper node z > 0    P+100+z (with --zookeepers 3 or 5)
-  ZooKeeper peer ports    P+110+2*z (quorum), P+111+2*z (leader election) of node z, in an ensemble
-  P+120..P+199            kept for what is to come: metrics, a dashboard, proxies
+  ZooKeeper node z > 0    P+89+z (with --zookeepers 3 or 5)
+  P+94..P+99              kept for proxies
+  metrics                 each process's gRPC port + 100 (Prometheus, http://HOST:PORT/metrics)
+  ZooKeeper peer ports    P+190+2*z (quorum), P+191+2*z (leader election) of node z, in an ensemble
+`--set metricsExporterType=DISABLE` turns the metrics off.
 Every process gets a directory DIR/<name> holding its config, log and data. With --replicas N each
 broker name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and
 totalReplicas is N unless --set says otherwise; --set brokerRole applies to the masters.
@@ -44,19 +47,22 @@ from quorumq.namesrv.registry import MASTER_ID
 
 HOST = "127.0.0.1"
 BASE_PORT_DEFAULT = 20000
-PORT_SPAN = 200
-BROKER_PORTS_END = 100  # brokers take P+10..P+99; the rest of the span is kept for other processes
+GRPC_PORT_SPAN = 100  # the gRPC, HA and ZooKeeper client ports, the dashboard's
+METRICS_PORT_OFFSET = GRPC_PORT_SPAN  # a process's metrics port: its gRPC port + this
+PORT_SPAN = GRPC_PORT_SPAN + METRICS_PORT_OFFSET
+BROKER_PORTS_END = 90  # brokers take P+10..P+89
 BROKER_PORT_OFFSET = 10
 BROKER_PORT_STRIDE = 10
 BROKERS_MAX = (BROKER_PORTS_END - BROKER_PORT_OFFSET) // BROKER_PORT_STRIDE
 REPLICA_PORT_STRIDE = 2
 REPLICAS_MAX = BROKER_PORT_STRIDE // REPLICA_PORT_STRIDE
 ZOOKEEPER_PORT_OFFSET = 1  # node 0's client port
-ZOOKEEPER_MORE_PORT_OFFSET = 100  # node z > 0's client port is P+100+z
-ZOOKEEPER_PEER_PORT_OFFSET = 110  # node z's quorum and election ports: P+110+2z, P+111+2z
+ZOOKEEPER_MORE_PORT_OFFSET = BROKER_PORTS_END - 1  # node z > 0's client port is P+89+z
+ZOOKEEPER_PEER_PORT_OFFSET = PORT_SPAN - 10  # node z's quorum and election ports: P+190+2z, P+191+2z
 ZOOKEEPER_NODES = (1, 3, 5)  # an ensemble of 2 or 4 survives no more failures than one node fewer
 CONTROLLER_PORT_OFFSET = 2
 CONTROLLERS_MAX = 5
+DASHBOARD_PORT_OFFSET = 9  # free: the controllers end at P+6, the brokers begin at P+10
 STOP_GRACE_S = 10.0
 READY_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -64,7 +70,7 @@ ROLE_POLL_INTERVAL_S = 0.5  # cluster.json follows a role change within about th
 LOG_TAIL_BYTES = 2000
 # Keys `up` assigns to lay out the cluster; --cluster sets brokerClusterName.
 MANAGED_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "listenPort",
-                          "haListenPort", "storePathRootDir"})
+                          "haListenPort", "storePathRootDir", "metricsPromExporterHost", "metricsPromExporterPort"})
 PR_SET_PDEATHSIG = 1
 
 
@@ -96,6 +102,13 @@ class Planned:
     def log_path(self) -> Path:
         return self.directory / f"{self.kind.value}.log"
 
+    @property
+    def metrics_address(self) -> str | None:
+        """host:port of its /metrics, when on."""
+        if self.values.get("metricsExporterType") != "PROM":
+            return None
+        return f"{HOST}:{self.values['metricsPromExporterPort']}"
+
     def describe(self) -> dict:
         entry = {"kind": self.kind.value, "pid": self.process.pid if self.process else None,
                  "address": self.address, "config": str(self.config_path), "log": str(self.log_path),
@@ -103,6 +116,8 @@ class Planned:
         if self.kind is Kind.BROKER:
             entry.update(broker_name=self.broker_name, broker_id=self.broker_id, role=self.role,
                          replica=self.replica)
+        if self.metrics_address:
+            entry["metrics"] = self.metrics_address
         return entry
 
 
@@ -193,6 +208,9 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
                 values["brokerRole"] = "SLAVE"
             planned.append(Planned(Kind.BROKER, broker_dir.name, port, values, broker_dir, store_dir,
                                    broker_name=broker_name, replica=replica))
+    for process in planned:
+        process.values.update(metricsExporterType="PROM",
+                              metricsPromExporterPort=str(process.port + METRICS_PORT_OFFSET))
     for key, value in sets:
         kinds = kinds_knowing(key)
         for process in planned:
@@ -324,13 +342,13 @@ async def wait_ready(processes: list[Planned], cluster: str, stopping: asyncio.E
 
 
 async def follow_roles(path: Path, cluster: str, processes: list[Planned], zookeepers: list[LocalZooKeeper],
-                       stopping: asyncio.Event) -> None:
+                       dashboard: str, stopping: asyncio.Event) -> None:
     """Write cluster.json again whenever the name server routes a broker in another role."""
     async with AdminClient(processes[0].address, timeout_s=1.0) as admin:
         while not stopping.is_set():
             try:
                 if apply_roles(processes, routed_roles(await admin.cluster_info(), cluster)):
-                    write_cluster_file(path, cluster, processes, zookeepers)
+                    write_cluster_file(path, cluster, processes, zookeepers, dashboard)
             except ClientError:
                 pass  # the name server is away; the file keeps what it last knew
             try:
@@ -339,12 +357,26 @@ async def follow_roles(path: Path, cluster: str, processes: list[Planned], zooke
                 pass
 
 
+def start_dashboard(processes: list[Planned], directory: Path, port: int) -> subprocess.Popen:
+    """`quorumq dashboard` over the cluster, logging to DIR/dashboard/dashboard.log."""
+    controllers = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "dashboard.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "quorumq.cli.main", "dashboard", "-n", processes[0].address, "--host", HOST,
+             "--port", str(port), *(["-a", controllers] if controllers else [])],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)
+
+
 def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
-                       zookeepers: list[LocalZooKeeper]) -> None:
+                       zookeepers: list[LocalZooKeeper], dashboard: str = "") -> None:
     entries = [p.describe() for p in processes]
     entries[1:1] = [{"kind": "zookeeper", "pid": node.pid, "address": node.address, "config": str(node.config_path),
                      "log": str(node.log_path), "data_dir": str(node.data_dir)} for node in zookeepers]
     document = {"cluster": cluster, "access_point": processes[0].address}
+    if dashboard:
+        document["dashboard"] = dashboard
     if zookeepers:
         document["controller_addresses"] = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
     document["processes"] = entries
@@ -353,13 +385,17 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
     partial.replace(path)  # readers never see half a file
 
 
-def summary(cluster: str, directory: Path, processes: list[Planned], zookeepers: list[LocalZooKeeper]) -> str:
+def summary(cluster: str, directory: Path, processes: list[Planned], zookeepers: list[LocalZooKeeper],
+            dashboard: str = "") -> str:
     lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
+    if dashboard:
+        lines.append(f"  dashboard     {dashboard}")
     for node in zookeepers:
         lines.append(f"  {node.data_dir.name:<22} {node.address:<16} pid {node.pid:<8} log {node.log_path}")
     for p in processes:
         label = f"{p.name} ({p.role})" if p.kind is Kind.BROKER else p.name
-        lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8} log {p.log_path}")
+        metrics = f" metrics {p.metrics_address}" if p.metrics_address else ""
+        lines.append(f"  {label:<22} {p.address:<16} pid {p.process.pid:<8}{metrics} log {p.log_path}")
     lines.append(f"  {directory / 'cluster.json'}\nCtrl-C stops the cluster.")
     return "\n".join(lines)
 
@@ -374,6 +410,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     cluster_file.unlink(missing_ok=True)  # a stale file would announce a cluster that is not up
+    dashboard, dashboard_url = None, ""
     try:
         for node in zookeepers:
             node.start()
@@ -387,9 +424,14 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         if problem:
             print(f"quorumq up: {problem}", file=sys.stderr, flush=True)
             return 1
-        write_cluster_file(cluster_file, args.cluster, processes, zookeepers)
-        print(summary(args.cluster, args.dir, processes, zookeepers), flush=True)
-        roles = asyncio.create_task(follow_roles(cluster_file, args.cluster, processes, zookeepers, stopping))
+        if args.dashboard:
+            port = args.base_port + DASHBOARD_PORT_OFFSET
+            dashboard = start_dashboard(processes, args.dir / "dashboard", port)
+            dashboard_url = f"http://{HOST}:{port}/"
+        write_cluster_file(cluster_file, args.cluster, processes, zookeepers, dashboard_url)
+        print(summary(args.cluster, args.dir, processes, zookeepers, dashboard_url), flush=True)
+        roles = asyncio.create_task(follow_roles(cluster_file, args.cluster, processes, zookeepers, dashboard_url,
+                                                 stopping))
         reported: set[str] = set()
         while not stopping.is_set():  # a process that dies is reported, never restarted
             for process in exited(processes):
@@ -397,6 +439,10 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
                     reported.add(process.name)
                     print(f"quorumq up: {process.name} (pid {process.process.pid}) exited with code "
                           f"{process.process.returncode}", file=sys.stderr, flush=True)
+            if dashboard is not None and dashboard.poll() is not None and "dashboard" not in reported:
+                reported.add("dashboard")
+                print(f"quorumq up: the dashboard exited with code {dashboard.returncode}; see "
+                      f"{args.dir / 'dashboard' / 'dashboard.log'}", file=sys.stderr, flush=True)
             try:
                 await asyncio.wait_for(stopping.wait(), timeout=0.5)
             except TimeoutError:
@@ -404,6 +450,9 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         await roles
         return 0
     finally:
+        if dashboard is not None:
+            dashboard.terminate()
+            dashboard.wait()
         stop(processes)
         for node in zookeepers:
             node.stop()
@@ -444,6 +493,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,
                         metavar="INDEX:KEY=VALUE",
                         help="a config key for one broker, counted from 0 in cluster.json order (repeatable)")
+    parser.add_argument("--no-dashboard", dest="dashboard", action="store_false",
+                        help=f"do not start `quorumq dashboard` (on P+{DASHBOARD_PORT_OFFSET})")
     parser.add_argument("--timeout", type=float, default=READY_TIMEOUT_S,
                         help="seconds to wait for the cluster to be writable (default %(default)s)")
     parser.set_defaults(run=run)

@@ -32,15 +32,17 @@ import grpc
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
-from quorumq import limits
+from quorumq import limits, metrics
 from quorumq.client.controller import KEEPALIVE
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.controller.metadata import NotLeader, ReplicaMetadata
+from quorumq.controller.metrics import ControllerCounters, collect
 from quorumq.core import controller_state as cs
 from quorumq.errors import QuorumqError
 from quorumq.listen import grpc_server
+from quorumq.metrics import Exporter
 
 log = logging.getLogger("quorumq.controller")
 
@@ -101,6 +103,7 @@ class Controller(pb_grpc.ControllerServicer):
         self._streams: dict[tuple[str, int], asyncio.Queue] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._hand_over_asked_s: dict[str, float] = {}
+        self.metrics = ControllerCounters() if metrics.enabled(config) else None
         zookeeper.add_listener(self._on_zookeeper_state)
 
     def settings(self) -> cs.ControllerSettings:
@@ -196,6 +199,8 @@ class Controller(pb_grpc.ControllerServicer):
                     continue  # another decision landed first: decide again on it
                 log.info("%s: %s -> %s", broker_name, type(request).__name__,
                          ", ".join(type(event).__name__ for event in events))
+            if self.metrics is not None and isinstance(request, cs.ElectMaster):
+                self.metrics.election(broker_set, request, reply.code, events)
             message = reply_message(reply, after, self.ha_addresses.get(broker_name, {}))
             if any(isinstance(event, (cs.MasterElected, cs.SyncStateSetAltered)) for event in events):
                 self._notify(broker_name, message)
@@ -284,6 +289,8 @@ class Controller(pb_grpc.ControllerServicer):
         if target is None or queue is None:
             return
         self._hand_over_asked_s[broker_name] = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.handback_asked(broker_name)
         log.info("%s: asking master %d to hand over to preferred broker %d", broker_name, broker_set.master_id,
                  target)
         _offer(queue, pb.RoleNotice(hand_over_to=target))
@@ -326,11 +333,14 @@ class Controller(pb_grpc.ControllerServicer):
     async def _answer(self, broker_name: str, request) -> pb.ControllerReply:
         if not self.is_leader:
             return not_leader(self.leader_address)
+        started_s = time.monotonic()
         try:
             reply, _ = await self._transact(broker_name, request)
         except KazooException as exc:  # ZooKeeper unreachable: decide nothing, the caller retries
-            return pb.ControllerReply(code=int(cs.Code.CONTROLLER_NOT_LEADER), master_id=-1,
-                                      message=f"ZooKeeper unavailable: {type(exc).__name__}")
+            reply = pb.ControllerReply(code=int(cs.Code.CONTROLLER_NOT_LEADER), master_id=-1,
+                                       message=f"ZooKeeper unavailable: {type(exc).__name__}")
+        if self.metrics is not None:
+            self.metrics.request(request, reply.code, started_s)
         return reply
 
     async def GetMetaData(self, request: pb.Empty, context) -> pb.ControllerMetaData:
@@ -419,6 +429,10 @@ async def serve(config: Config) -> None:
     await asyncio.to_thread(zookeeper.start_async)
     pb_grpc.add_ControllerServicer_to_server(controller, server)
     await server.start()
+    exporter = None
+    if controller.metrics is not None:
+        exporter = Exporter(config, lambda: collect(controller, now_ms()))
+        await exporter.start()
     log.info("controller listening on %s, ZooKeeper %s%s", controller.address, config["zookeeperAddress"],
              config["zookeeperRoot"])
     tasks = [asyncio.create_task(controller.keep_leadership()), asyncio.create_task(controller.scan())]
@@ -431,6 +445,8 @@ async def serve(config: Config) -> None:
     for task in tasks:
         task.cancel()
     await server.stop(grace=1.0)
+    if exporter is not None:
+        await exporter.stop()
     await asyncio.to_thread(zookeeper.stop)
     await asyncio.to_thread(zookeeper.close)
     log.info("controller stopped")

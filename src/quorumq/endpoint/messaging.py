@@ -241,7 +241,6 @@ class MessagingService(UnservedMessagingService):
         sent_at = Timestamp()
         sent_at.FromMilliseconds(self.broker.clock.now_ms())
         yield v5s.ReceiveMessageResponse(delivery_timestamp=sent_at)
-        self.broker.stats["msgGetTotal"] += len(answers)
 
     async def _receive(self, request, context) -> list[v5.Message]:
         group = messages.group_name(request.group)
@@ -280,7 +279,7 @@ class MessagingService(UnservedMessagingService):
         could never receive it, and it would fail every receive it joined. Such a message is acked
         for the group (skipped, as if consumed), logged once and counted in msgSkippedTooLargeTotal;
         PullMessage can still read it at its offset."""
-        answers = []
+        answers, delivered = [], []
         for delivery in deliveries:
             message = messages.outgoing(delivery.message, delivery.attempt)
             message.system_properties.receipt_handle = delivery.receipt_handle
@@ -288,6 +287,7 @@ class MessagingService(UnservedMessagingService):
             size = None if limit is None else messages.answer_bytes(message)
             if size is None or size <= limit:
                 answers.append(message)
+                delivered.append(delivery.message)
                 continue
             self.broker.consumers.ack(group, topic, delivery.receipt_handle)
             self.broker.stats["msgSkippedTooLargeTotal"] += 1
@@ -295,6 +295,7 @@ class MessagingService(UnservedMessagingService):
             log.warning("group %s skips message %s (%s queue %d offset %d): its receive answer of %d bytes is "
                         "above the %d bytes its client takes", group, message.system_properties.message_id, topic,
                         stored.queue_id, stored.queue_offset, size, limit)
+        self.broker.count_read(topic, group, delivered)
         return answers
 
     def _queue_ids_or_none(self, topic: str) -> list[int]:
@@ -354,12 +355,11 @@ class MessagingService(UnservedMessagingService):
         yield v5s.PullMessageResponse(next_offset=result.next_offset)
 
     async def _pull(self, request, context):
-        messages.group_name(request.group)
         return await self.broker.pull(
             messages.topic_name(request.message_queue.topic), request.message_queue.id, request.offset,
             min(max(request.batch_size, 1), limits.PULL_BATCH_MAX), messages.tag_filter(request.filter_expression),
             _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
-                         context))
+                         context), group=messages.group_name(request.group))
 
     @answers(v5s.GetOffsetResponse)
     async def GetOffset(self, request, context):

@@ -24,7 +24,8 @@ class MessageReaderService(pb_grpc.MessageReaderServicer):
             tags = messages.tag_filter(v5.FilterExpression(type=v5.FilterType.TAG, expression=request.tag_expression))
             result = await self.broker.pull(request.topic, request.queue_id, request.offset,
                                             min(max(request.max_count, 1), limits.PULL_BATCH_MAX), tags,
-                                            poll_budget(request.long_poll_ms / 1000, context), raw=True)
+                                            poll_budget(request.long_poll_ms / 1000, context), raw=True,
+                                            group=request.group)
         except QuorumqError as exc:
             await context.abort(exc.error.value.grpc_status, str(exc))
         if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:

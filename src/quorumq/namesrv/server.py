@@ -17,6 +17,7 @@ from quorumq.endpoint import v5
 from quorumq.endpoint.messages import topic_name
 from quorumq.errors import QuorumqError
 from quorumq.listen import grpc_server
+from quorumq.metrics import Exporter, Families, RpcLatency, enabled
 from quorumq.namesrv.registry import RouteRegistry, client_route
 
 log = logging.getLogger("quorumq.namesrv")
@@ -81,14 +82,28 @@ async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float)
                         reg.broker_name, reg.broker_id, reg.address, registry.not_active_timeout_ms)
 
 
+def collect(registry: RouteRegistry, rpc: RpcLatency, address: str):
+    families = Families({"node_type": "namesrv", "node_id": address})
+    yield rpc.family(families)
+    brokers: dict[str, int] = {}
+    for cluster, _, _ in registry.brokers:
+        brokers[cluster] = brokers.get(cluster, 0) + 1
+    yield families.gauge("quorumq_namesrv_brokers", "brokers registered, by cluster", brokers, ["cluster"])
+    yield families.gauge("rocketmq_topic_number", "topics routed", len(registry.topic_list()))
+
+
 async def serve(config: Config) -> None:
     clock = Clock()
     registry = RouteRegistry(not_active_timeout_ms=config["brokerNotActiveTimeoutMillis"])
     address = f"{config['bindAddress']}:{config['listenPort']}"
-    server = grpc_server(address)
+    rpc = RpcLatency() if enabled(config) else None
+    server = grpc_server(address, interceptors=[rpc] if rpc is not None else [])
+    exporter = Exporter(config, lambda: collect(registry, rpc, address)) if rpc is not None else None
     pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
     v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)
     await server.start()
+    if exporter is not None:
+        await exporter.start()
     log.info("name server listening on %s", address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -98,6 +113,8 @@ async def serve(config: Config) -> None:
     await stop.wait()
     expiry.cancel()
     await server.stop(grace=1.0)
+    if exporter is not None:
+        await exporter.stop()
     log.info("name server stopped")
 
 

@@ -13,10 +13,10 @@ import threading
 import time
 from typing import Any
 
-from quorumq.core.replicator import decode_offsets
 from quorumq.replicator import jobs
 from quorumq.replicator.datasource import register
 from quorumq.replicator.jobs import Settings
+from quorumq.replicator.metrics import DriverMetrics, queue_lag
 
 PROGRESS_INTERVAL_S = 5.0
 
@@ -50,17 +50,15 @@ def start_jobs(spark: Any, settings: Settings) -> list[Any]:
     return queries
 
 
-def progress_lines(queries: list[Any], settings: Settings) -> list[str]:
-    """One line per query with data (rows/s and lag per queue), then the sink's counters and the
-    heartbeat's latest status."""
+def progress_lines(progress: dict[str, dict], settings: Settings) -> list[str]:
+    """One line per query with data (rows/s and lag per queue), from each query's last progress
+    (DriverMetrics.refresh), then the sink's counters and the heartbeat's latest status."""
     lines = []
-    for query in queries:
-        progress = query.lastProgress
-        if not progress or not progress["sources"] or progress["sources"][0]["description"].startswith("Rate"):
-            continue
-        source = progress["sources"][0]
-        lag = queue_lag(source.get("endOffset"), source.get("latestOffset"))
-        lines.append(f"{query.name}: batch {progress['batchId']} rows {progress['numInputRows']} "
+    for name, last in progress.items():
+        source = last["sources"][0]
+        lag = {"/".join(queue): behind
+               for queue, behind in sorted(queue_lag(source.get("endOffset"), source.get("latestOffset")).items())}
+        lines.append(f"{name}: batch {last['batchId']} rows {last['numInputRows']} "
                      f"in {source.get('inputRowsPerSecond', 0):.0f}/s processed "
                      f"{source.get('processedRowsPerSecond', 0):.0f}/s lag {sum(lag.values())} {json.dumps(lag)}")
     for name, path in (("totals", settings.metrics_path), ("heartbeat", settings.heartbeat_path)):
@@ -69,25 +67,15 @@ def progress_lines(queries: list[Any], settings: Settings) -> list[str]:
     return lines
 
 
-def queue_lag(end_offset: Any, latest_offset: Any) -> dict[str, int]:
-    """Messages not yet replicated per queue ("topic/broker/queue" for display only)."""
-    end_offset, latest_offset = _json(end_offset), _json(latest_offset)
-    if not end_offset or not latest_offset:  # before the first batch, or the source reports none
-        return {}
-    end, latest = decode_offsets(end_offset), decode_offsets(latest_offset)
-    return {f"{q.topic}/{q.broker}/{q.queue_id}": latest[q] - end.get(q, latest[q]) for q in sorted(latest)}
-
-
-def _json(value: Any) -> Any:
-    """Progress gives offsets as JSON text (or "null")."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def run(settings: Settings, master: str | None) -> int:
-    """Run until a query fails (exit 1) or a signal stops the application (exit 0)."""
+def run(settings: Settings, master: str | None, metrics_address: str = "") -> int:
+    """Run until a query fails (exit 1) or a signal stops the application (exit 0); with a
+    `metrics_address` (host:port), serve Prometheus metrics there."""
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())
+    metrics = DriverMetrics(settings)
+    if metrics_address:
+        metrics.serve(metrics_address)
     spark = spark_session(master, "quorumq-replicator")
     queries = start_jobs(spark, settings)
     print(f"replicating {','.join(settings.topics)} from {settings.source} to {settings.target}; "
@@ -97,8 +85,10 @@ def run(settings: Settings, master: str | None) -> int:
         failed = next((query for query in queries if not query.isActive), None)
         if failed is not None:
             break
-        print(f"[{time.strftime('%H:%M:%S')}] " + "\n  ".join(progress_lines(queries, settings)), flush=True)
+        metrics.refresh(queries)
+        print(f"[{time.strftime('%H:%M:%S')}] " + "\n  ".join(progress_lines(metrics.progress, settings)), flush=True)
     error = failed.exception() if failed is not None else None
+    metrics.stop()
     try:
         for query in queries:
             query.stop()

@@ -930,6 +930,19 @@ class MessageStore:
         return queue.first_offset_where(queue.min_offset, queue.max_offset,
                                         lambda entry: self._store_timestamp(entry[0]) >= timestamp_ms)
 
+    def store_timestamp_at(self, offset: int) -> int | None:
+        """The store timestamp of the record at commit-log `offset` (at a BLANK: of the next
+        segment's first record); None outside the log."""
+        self._check_open()
+        for _ in range(2):
+            if not self.min_offset <= offset < self._write_offset:
+                return None
+            timestamp = codec.store_timestamp_of(self._commit_log.read(offset, HEADER.size))
+            if timestamp is not None:
+                return timestamp
+            offset = self._commit_log.segment_start(offset) + self._segment_bytes
+        return None
+
     def _store_timestamp(self, commit_log_offset: int) -> int:
         timestamp = codec.store_timestamp_of(self._commit_log.read(commit_log_offset, HEADER.size))
         if timestamp is None:
