@@ -92,6 +92,8 @@ CONNECTIONS_PER_BROKER_MAX = 1024
 # Metrics (src/quorumq/metrics.py): label values one process exports, so that ten thousand topics
 # cannot make a scrape of megabytes; values past a bound are summed under METRICS_OVERFLOW_LABEL.
 METRICS_TOPICS_MAX = 200  # topics labelled in the per-topic series (a Grafana table stays readable)
+METRICS_CLIENT_VERSIONS_MAX = 32  # client version labels; a client may send any string
+METRICS_LABEL_CHARS_MAX = 64  # of a label value a client chose (its version), cut past this
 METRICS_GROUP_TOPICS_MAX = 500  # (consumer group, topic) pairs labelled in the per-group series
 METRICS_OVERFLOW_LABEL = "(other)"  # not a legal topic or group name (NAME_PATTERN): it never collides
 METRICS_SAMPLE_INTERVAL_S = 1.0  # how often a broker samples whether its quorum is degraded

@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from harness import LocalCluster, check_for, metric, scrape, v5_message, v5_send
+from harness import (LocalCluster, check_for, configuration, metric, official_message, scrape, simple_consumer,
+                     started_producer, v5_message, v5_send)
 from quorumq.client import Message, Producer, PullConsumer
 
 TOPIC = "Metered"
@@ -98,3 +99,23 @@ def test_metrics_are_off_unless_asked_for(tmp_path):
     [namesrv, broker] = plan(tmp_path, 30000, brokers=1, cluster="C", sets=[("metricsExporterType", "DISABLE")],
                              broker_sets=[])
     assert namesrv.metrics_address is None and "metrics" not in broker.describe()
+
+
+def test_official_clients_sessions_are_counted_while_open(replica_group):
+    """rocketmq_producer_connections and rocketmq_consumer_connections count the official clients'
+    sessions (their Telemetry streams) by language, version, group and consume mode."""
+    master = replica_group["processes"][1]
+    config = configuration(replica_group)
+    group = "MeteredSessions"
+    producer = started_producer(config)
+    consumer = simple_consumer(config, group, TOPIC)
+    try:
+        producer.send(official_message(TOPIC, b"session"))  # its session with the master opens with its route
+        check_for(10, 0.1, lambda: metric(scrape(master), "rocketmq_consumer_connections", consumer_group=group,
+                                          language="python", consume_mode="simple") == 1, "the consumer's session")
+        assert metric(scrape(master), "rocketmq_producer_connections", language="python") >= 1
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    check_for(10, 0.1, lambda: metric(scrape(master), "rocketmq_consumer_connections", consumer_group=group) == 0,
+              "the consumer's session closed")

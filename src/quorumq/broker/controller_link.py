@@ -235,6 +235,9 @@ class ControllerLink:
             since = self.client.answers
             elsewhere = asyncio.create_task(self.client.answered_elsewhere(address, since))
             unreachable = asyncio.create_task(self.client.unreachable(address, LEADER_CHECK_TIMEOUT_S))
+            # Read when it fails, never awaited once cancelled (its channel's waits may not end at
+            # once): one whose channel was closed as the broker stopped is no unread exception.
+            unreachable.add_done_callback(lambda task: task.cancelled() or task.exception())
             try:
                 await asyncio.wait({stream, elsewhere, unreachable}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -242,7 +245,7 @@ class ControllerLink:
                 unreachable.cancel()
             if stream.done():
                 return
-            if unreachable.done() and not unreachable.cancelled():
+            if unreachable.done() and not unreachable.cancelled() and unreachable.exception() is None:
                 if await self._another_answers(address):
                     log.warning("controller %s does not answer pings: moving the heartbeat stream to %s", address,
                                 self.client.leader)

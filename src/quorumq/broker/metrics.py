@@ -8,6 +8,8 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
+from rocketmq.grpc_protocol import definition_pb2 as v5
+
 from quorumq import limits
 from quorumq.core.quorum import BrokerRole
 from quorumq.metrics import MESSAGE_SIZE_BUCKETS, BoundedLabels, Families, Histogram, RpcLatency
@@ -27,6 +29,11 @@ class BrokerCounters:
         self.bytes_out: dict[tuple[str, str], int] = {}
         self.send_results: dict[str, int] = {}
         self.degraded_s = 0.0
+        # An official client's session is its Telemetry stream: gRPC does not show the broker its
+        # connections. (client type, consumer group, language, version) -> open sessions.
+        self.sessions: dict[tuple[str, str, str, str], int] = {}
+        self.group_label = BoundedLabels(limits.METRICS_GROUP_TOPICS_MAX)
+        self.version_label = BoundedLabels(limits.METRICS_CLIENT_VERSIONS_MAX)
 
     def stored(self, topics: Mapping[str, int], appended: AppendResult) -> None:
         """A master stored messages (count per topic): RocketMQ counts the bytes written to the
@@ -46,10 +53,30 @@ class BrokerCounters:
         """A send's outcome: a PutStatus name, or the error that refused it."""
         self.send_results[status] = self.send_results.get(status, 0) + messages
 
+    def session_opened(self, settings: v5.Settings, metadata) -> tuple[str, str, str, str]:
+        """A client's Telemetry stream got its settings: count it until `session_closed`."""
+        headers = dict(metadata or ())
+        group = settings.subscription.group.name if settings.HasField("subscription") else ""
+        session = (_CLIENT_TYPES.get(settings.client_type, "other"), self.group_label(group) if group else "",
+                   _LANGUAGES.get(headers.get("x-mq-language", ""), "other"),
+                   self.version_label(headers.get("x-mq-client-version", "")[:limits.METRICS_LABEL_CHARS_MAX]))
+        self.sessions[session] = self.sessions.get(session, 0) + 1
+        return session
+
+    def session_closed(self, session: tuple[str, str, str, str]) -> None:
+        self.sessions[session] -= 1
+
     def read(self, topic: str, group: str, messages: int, size: int) -> None:
         key = self.group_topic_label((topic, group))
         self.messages_out[key] = self.messages_out.get(key, 0) + messages
         self.bytes_out[key] = self.bytes_out.get(key, 0) + size
+
+
+# Label values for what clients send: the v5 client types, the official clients' languages.
+_CLIENT_TYPES = {v5.ClientType.PRODUCER: "producer", v5.ClientType.PUSH_CONSUMER: "push",
+                 v5.ClientType.SIMPLE_CONSUMER: "simple"}
+_LANGUAGES = {name: name.lower() for name in ("JAVA", "CPP", "DOTNET", "GOLANG", "RUST", "PYTHON", "PHP", "NODE_JS",
+                                              "RUBY", "OBJECTIVE_C", "DART", "KOTLIN", "HTTP")}  # Node.js 1.0.8 says HTTP
 
 
 async def sample_degraded(broker) -> None:
@@ -92,6 +119,11 @@ def collect(broker) -> Iterable:
                          lag_latency, group_topic)
     yield families.gauge("rocketmq_consumer_inflight_messages", "messages received but not acked", inflight,
                          group_topic)
+    producers, consumers = _sessions(counters.sessions)
+    yield families.gauge("rocketmq_producer_connections", "official clients' producer sessions (Telemetry streams)",
+                         producers, ["language", "version"])
+    yield families.gauge("rocketmq_consumer_connections", "official clients' consumer sessions (Telemetry streams)",
+                         consumers, ["consumer_group", "language", "version", "consume_mode"])
     yield families.gauge("rocketmq_topic_number", "topics", len(broker.topics.all()))
     yield families.gauge("rocketmq_consumer_group_number", "consumer groups", len(broker.consumers.groups))
     yield families.gauge("rocketmq_broker_permission", "brokerPermission", config["brokerPermission"])
@@ -101,6 +133,20 @@ def collect(broker) -> Iterable:
     yield families.gauge("rocketmq_storage_flush_behind_bytes", "commit-log bytes written but not fsync'd",
                          {("local", "disk"): store.max_offset - store.flushed_offset}, storage)
     yield from _quorumq(broker, families)
+
+
+def _sessions(sessions: Mapping[tuple[str, str, str, str], int]) -> tuple[dict, dict]:
+    """Open sessions as RocketMQ labels them: producers by language and version, consumers also by
+    group and consume mode (push, or simple: the SimpleConsumer's receives)."""
+    producers: dict[tuple[str, str], int] = {}
+    consumers: dict[tuple[str, str, str, str], int] = {}
+    for (client_type, group, language, version), count in sessions.items():
+        if client_type == "producer":
+            producers[language, version] = producers.get((language, version), 0) + count
+        elif group:
+            key = (group, language, version, client_type)
+            consumers[key] = consumers.get(key, 0) + count
+    return producers, consumers
 
 
 def _consumer_positions(broker) -> tuple[dict, dict, dict]:

@@ -132,13 +132,20 @@ class MessagingService(UnservedMessagingService):
         """A refused setting (an illegal group, say) is answered on the stream by a command that
         carries only its status, which ends the Node.js client's startup with the error; the stream
         stays open, so the client does not reopen it and ask again every second."""
-        async for command in request_iterator:
-            if command.HasField("settings"):
-                try:
-                    reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
-                except Exception as exc:
-                    reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
-                yield reply
+        session = None  # what the connection metrics count this stream as, once its settings came
+        try:
+            async for command in request_iterator:
+                if command.HasField("settings"):
+                    try:
+                        reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
+                    except Exception as exc:
+                        reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
+                    if session is None and self.broker.metrics is not None and reply.status.code == CODE_OK:
+                        session = self.broker.metrics.session_opened(command.settings, context.invocation_metadata())
+                    yield reply
+        finally:
+            if session is not None:
+                self.broker.metrics.session_closed(session)
 
     def _settings_reply(self, settings: v5.Settings) -> v5.Settings:
         """Echo the client's settings with the broker's values laid over (grpc-client.md section 4)."""
