@@ -6,6 +6,7 @@ failing test leaves nothing running.
 """
 
 import asyncio
+import collections
 import inspect
 import json
 import os
@@ -89,11 +90,21 @@ def _port_free(port: int) -> bool:
     return True
 
 
+# The ranges handed out lately: a range is free until its cluster starts, so two clusters built
+# before either starts (a primary and its standby) must not be given overlapping ones.
+_HANDED_OUT: collections.deque[range] = collections.deque(maxlen=16)
+
+
 def free_base_port(span: int = PORT_SPAN) -> int:
-    """A base port P with P..P+span-1 all free on 127.0.0.1 right now."""
+    """A base port P with P..P+span-1 all free on 127.0.0.1 right now and apart from the ranges
+    handed out lately."""
     for _ in range(200):
         base = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - span, 10)
-        if all(_port_free(base + offset) for offset in range(span)):
+        ports = range(base, base + span)
+        if any(ports.start < other.stop and other.start < ports.stop for other in _HANDED_OUT):
+            continue
+        if all(_port_free(port) for port in ports):
+            _HANDED_OUT.append(ports)
             return base
     raise RuntimeError(f"no {span} consecutive free ports in {PORT_RANGE}")
 
