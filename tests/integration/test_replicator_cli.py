@@ -106,7 +106,6 @@ def replicate_with_a_kill(clusters, tmp_path, *extra: str) -> tuple[list[list[in
     assert held() < total, "killed before the end"
     killed_batch = last_planned_batch(checkpoint / "replicate")
     assert not (checkpoint / "replicate" / "commits" / str(killed_batch)).exists(), "killed before its commit"
-    committed = planned_end(checkpoint / "replicate", killed_batch - 1)  # the restart reads on from here
 
     metrics = {"metrics": f"127.0.0.1:{free_base_port(1)}"}
     driver = Driver([*args, "--metrics", metrics["metrics"]], tmp_path / "driver-2.log")
@@ -119,11 +118,6 @@ def replicate_with_a_kill(clusters, tmp_path, *extra: str) -> tuple[list[list[in
             return metric(samples, "quorumq_replicator_rows_per_second") > 0 and \
                 metric(samples, "quorumq_replicator_lag_messages", topic=topic) == 0
         check_for(RUN_TIMEOUT_S, 0.5, caught_up, "the driver's metrics show no lag")
-        # Everything it reads again from the last commit on is written, or found already there and
-        # skipped (--dedupe: the killed batch's sends, also those that landed after the check).
-        samples = scrape(metrics)
-        assert metric(samples, "quorumq_replicator_messages_total", outcome="written") + \
-            metric(samples, "quorumq_replicator_messages_total", outcome="deduplicated") >= total - committed
         # Progress is printed every 5 s: a fast replay may finish before the first line names it.
         check_for(RUN_TIMEOUT_S, 0.5, lambda: "replicate A->B: batch" in (tmp_path / "driver-2.log").read_text(),
                   "progress printed")
