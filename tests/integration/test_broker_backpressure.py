@@ -11,7 +11,8 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config, Kind
 from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import Error
-from quorumq.store import MessageIn, codec
+from quorumq.store import MessageIn
+from quorumq.core import codec
 
 
 def message(body: bytes) -> MessageIn:

@@ -14,7 +14,7 @@ from harness import SMALL_MESSAGE_SIZE, start_process, stop_process, wait_regist
 from quorumq.client import Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.store import codec
+from quorumq.core import codec
 
 
 

@@ -14,7 +14,8 @@ from harness import free_base_port
 from quorumq.client import AdminClient, ClientError, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.store import StoredMessage, codec
+from quorumq.store import StoredMessage
+from quorumq.core import codec
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
 

@@ -10,7 +10,8 @@ from quorumq.broker.consumers import encode_handle
 from quorumq.core import properties
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import StoredMessage, codec
+from quorumq.store import StoredMessage
+from quorumq.core import codec
 
 
 def message(**system):

@@ -7,8 +7,9 @@ from test_store_support import (SEGMENT_BYTES, ManualClock, message, open_store,
                                 segment_files)
 
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import GetStatus, MessageIn, MessageStore, codec
-from quorumq.store.codec import Frame, check_frame
+from quorumq.store import GetStatus, MessageIn, MessageStore
+from quorumq.core import codec
+from quorumq.core.codec import Frame, check_frame
 
 
 def test_append_assigns_offsets_and_reads_back(tmp_path):

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from quorumq.store import codec
-from quorumq.store.codec import BLANK_BYTES_MIN, Frame, check_frame
+from quorumq.core import codec
+from quorumq.core.codec import BLANK_BYTES_MIN, Frame, check_frame
 
 
 def encode(commit_log_offset: int = 4096, properties: dict[str, str] | None = None,

@@ -10,8 +10,9 @@ from test_store_support import (SEGMENT_BYTES, crash_copy, message, new_store, o
                                 segment_files)
 
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import Damage, classify_damage, codec
-from quorumq.store.codec import Frame
+from quorumq.store import Damage, classify_damage
+from quorumq.core import codec
+from quorumq.core.codec import Frame
 from quorumq.store.consume_queue import ENTRY_SIZE
 
 TOPICS = ("A", "B")

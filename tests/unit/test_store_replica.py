@@ -6,7 +6,7 @@ import pytest
 from test_store_support import SEGMENT_BYTES, message, open_store, queue_bodies, queue_files, segment_files
 
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import codec
+from quorumq.core import codec
 
 
 def fill_master(store, seed: int) -> None:

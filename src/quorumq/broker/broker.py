@@ -39,7 +39,7 @@ from quorumq.errors import Error, QuorumqError
 from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import (PERM_READ, PERM_WRITE, AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
                            TopicConfig, TopicConfigs)
-from quorumq.store import codec
+from quorumq.core import codec
 from quorumq.store.epoch_file import EpochFile
 from quorumq.store.flush import Flusher
 

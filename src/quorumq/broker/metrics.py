@@ -14,7 +14,7 @@ from quorumq import limits
 from quorumq.core.quorum import BrokerRole
 from quorumq.metrics import MESSAGE_SIZE_BUCKETS, BoundedLabels, Families, Histogram, RpcLatency
 from quorumq.store import AppendResult
-from quorumq.store.codec import store_timestamp_of
+from quorumq.core.codec import store_timestamp_of
 
 
 class BrokerCounters:

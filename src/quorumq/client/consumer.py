@@ -11,7 +11,7 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core import properties as message_properties
-from quorumq.store import codec
+from quorumq.core import codec
 from quorumq.client.errors import ClientError, check
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call
 

@@ -2,7 +2,7 @@
 
 A Python gRPC server spends hundreds of microseconds per call, so throughput comes from packing
 up to BATCH_MESSAGES_MAX messages into one request and keeping a window of requests on the wire.
-Each request is one queue's messages encoded here as whole commit-log records (store/codec.py)
+Each request is one queue's messages encoded here as whole commit-log records (core/codec.py)
 and sent with cluster.proto MessageWriter.SendBatch: the broker checks each record's CRC, patches
 the offsets it assigns and appends the request with one write, instead of parsing and re-encoding
 every message as the v5 SendMessage needs.
@@ -21,7 +21,7 @@ from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Route
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.message_rules import check_body, stored_properties
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import codec
+from quorumq.core import codec
 
 SEND_OK = "SEND_OK"
 # Framing and system properties of one message, counted against BATCH_BYTES_MAX with its body.

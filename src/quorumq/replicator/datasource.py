@@ -36,7 +36,7 @@ from quorumq.core.replicator import QueueKey
 from quorumq.errors import Error, QuorumqError
 from quorumq.replicator import clients
 from quorumq.store.atomic_file import write_atomically
-from quorumq.store.codec import decode_properties, encode_properties
+from quorumq.core.codec import decode_properties, encode_properties
 
 log = logging.getLogger("quorumq.replicator")
 

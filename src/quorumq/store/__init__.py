@@ -4,7 +4,7 @@ Nothing here imports a server module; the broker drives it from its event loop.
 """
 
 from quorumq.store.atomic_file import write_atomically
-from quorumq.store.codec import StoredMessage, tag_hash
+from quorumq.core.codec import StoredMessage, tag_hash
 from quorumq.store.consumer_offsets import ConsumerOffsets
 from quorumq.store.flush import Flusher
 from quorumq.store.message_store import (AppendResult, GetResult, GetStatus, MessageIn, MessageStore,

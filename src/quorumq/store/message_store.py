@@ -34,9 +34,9 @@ from quorumq.core.message_rules import check_name
 from quorumq.core.properties import MESSAGE_ID
 from quorumq.core.recent_sends import window_start
 from quorumq.errors import Error, QuorumqError, write_error
-from quorumq.store import codec
+from quorumq.core import codec
 from quorumq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from quorumq.store.codec import (ASSIGNED_POSITION, BLANK_BYTES_MIN, BLANK_HEADER, HEADER, MESSAGE_MAGIC,
+from quorumq.core.codec import (ASSIGNED_POSITION, BLANK_BYTES_MIN, BLANK_HEADER, HEADER, MESSAGE_MAGIC,
                                  TAGS_PROPERTY, Frame, StoredMessage, check_frame, whole_records_end)
 from quorumq.store.commit_log import CommitLog, fsync_directory
 from quorumq.store.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue, DirtyFiles

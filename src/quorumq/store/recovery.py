@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
-from quorumq.store.codec import HEADER, Frame, check_frame
+from quorumq.core.codec import HEADER, Frame, check_frame
 from quorumq.store.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
