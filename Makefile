@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator clean
+.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -45,7 +45,13 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json | $(SETUP_
 run: setup
 	scripts/demo.sh
 
-test: setup
+# The lint gate: ruff over the code and the tests, mypy over core/ and store/ (pyproject.toml), zero
+# findings; the import layers are checked by tests/unit/test_layers.py.
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest
 
 # Seeded fault-injection runs (tests/chaos): COUNT runs of DURATION seconds for each of FAULTS (default:
@@ -72,8 +78,13 @@ bench: setup
 	$(MAKE) --no-print-directory bench-replicator
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
+# BEFORE=COMMIT measures that commit's code beside this checkout's, interleaved, in one run.
+BEFORE ?=
 bench-replicas: setup
-	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30
+	$(if $(BEFORE),rm -rf bench/work/before && git worktree add --force --detach bench/work/before $(BEFORE) >/dev/null,)
+	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30 \
+		$(if $(BEFORE),--parts quorumq --isr 2 --flush ASYNC_FLUSH --code before=bench/work/before/src --code after=src,)
+	$(if $(BEFORE),git worktree remove --force bench/work/before,)
 
 # Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5 minutes).
 bench-failover: setup

@@ -540,6 +540,7 @@ class Bench:
         self.results: dict[str, list[dict]] = {}  # worker key -> one result per round
         self.round = 0
         self.commands: dict[str, str] = {}  # how each server was started
+        self.src = ROOT / "src"  # the quorumq code the servers and the client workers run
 
     def worker(self, key: str, kind: str, args: dict, *, cpus: str | None = None, profile: bool = False,
                timeout: float | None = None) -> dict:
@@ -548,7 +549,7 @@ class Bench:
         time went."""
         args = {"seconds": self.opts.seconds, **args}
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.src), env.get("PYTHONPATH")]))
         argv = [PYTHON, self.worker_script, "_worker", kind, json.dumps(args)]
         spies = []
         if profile and self.opts.py_spy:
@@ -677,7 +678,7 @@ class Bench:
             shutil.rmtree(data)
         data.mkdir(parents=True)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.src), env.get("PYTHONPATH")]))
         argv = [PYTHON, "-m", "quorumq.cli.main", "up", "--dir", data, "--base-port", port, *up_args]
         self.commands[f"quorumq up {name}"] = shlex.join(map(str, argv))
         up = common.start(argv, label=f"quorumq-up-{name}", log=self.workdir / f"{name}-up.log", cwd=ROOT, env=env)

@@ -410,9 +410,11 @@ class Bench(bf.Bench):
                               f"30 s ({status}); measured anyway")
         return up, cluster, data, master, slaves
 
-    def run_quorumq(self, isr: int, flush: str, port: int, metrics: str = "off"):
-        system = f"quorumq R{QQ_REPLICAS} ISR{isr} {flush}" + (" metrics on" if metrics == "on" else "")
-        name = f"qq-r{QQ_REPLICAS}-isr{isr}-{flush.lower()}" + ("-metrics" if metrics == "on" else "")
+    def run_quorumq(self, isr: int, flush: str, port: int, metrics: str = "off", code: str = ""):
+        system = (f"quorumq R{QQ_REPLICAS} ISR{isr} {flush}" + (" metrics on" if metrics == "on" else "")
+                  + (f" [{code}]" if code else ""))
+        name = (f"qq-r{QQ_REPLICAS}-isr{isr}-{flush.lower()}" + ("-metrics" if metrics == "on" else "")
+                + (f"-{code}" if code else ""))
         print(f"quorumq {QQ_REPLICAS} replicas, inSyncReplicas={isr}, {flush}", flush=True)
         b, n = self.opts.batch, self.opts.inflight
         batch_m = f"Producer.send_batch ({b}/request, {n} in flight)"
@@ -635,9 +637,11 @@ class Bench(bf.Bench):
                 if "quorumq" in parts:
                     for flush in opts.flush:
                         for isr in opts.isr:
-                            for metrics in opts.metrics:  # interleaved in each round
-                                self.run_quorumq(isr, flush, opts.base_port + PORT_BLOCK * block, metrics)
+                            for code, self.src in opts.code:  # interleaved in each round
+                                for metrics in opts.metrics:
+                                    self.run_quorumq(isr, flush, opts.base_port + PORT_BLOCK * block, metrics, code)
                             block += 1
+                    self.src = ROOT / "src"
                 if "stall" in parts:
                     for auto in (True, False):
                         self.run_stall(auto, opts.base_port + PORT_BLOCK * (6 + int(not auto)))
@@ -654,10 +658,17 @@ class Bench(bf.Bench):
             rounds += " (the worse middle round)"
         title = (f"{BODY_SIZE} B bodies, {opts.seconds:g} s per measurement{rounds}, {os.cpu_count()} cpus shared by "
                  f"clients and servers")
-        self.report(NAME, columns, title,
+        self.report(NAME if len(opts.code) == 1 else f"{NAME}_before_after", columns, title,
                     {f"quorumq R{QQ_REPLICAS} inSyncReplicas {TARGET_ISR} batch send":
                      f">= {TARGET_FACTOR:g}x the NATS JetStream R{NATS_REPLICAS} lean pipeline rate of the same run"},
                     started)
+
+
+def labelled_source(text: str) -> tuple[str, Path]:
+    label, _, directory = text.partition("=")
+    if not label or not (Path(directory) / "quorumq").is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is LABEL=SRC_DIR, a directory holding the quorumq package")
+    return label, Path(directory).resolve()
 
 
 def csv_of(kind):
@@ -682,6 +693,9 @@ def main():
     p.add_argument("--metrics", type=csv_of(str), default=["off"],
                    help="Prometheus metrics of the quorumq processes: off, on, or on,off to measure both in each "
                         "round (default off)")
+    p.add_argument("--code", type=labelled_source, action="append", metavar="LABEL=SRC_DIR",
+                   help="measure quorumq from this source tree too (repeatable, e.g. old=../old/src new=src); "
+                        "each configuration runs every tree in turn, labelled (default: this checkout's src)")
     p.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")
     p.add_argument("--inflight", type=int, default=8, help="quorumq send_batch requests in flight (default 8)")
     p.add_argument("--nats-window", type=int, default=1024, help="NATS lean publishes in flight")
@@ -701,6 +715,7 @@ def main():
     p.add_argument("--workdir", help="where stores and logs go (default: a new temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the data dirs")
     opts = p.parse_args()
+    opts.code = opts.code or [("", ROOT / "src")]
     if len(opts.isr) * len(opts.flush) > 6:
         p.error("at most 6 quorumq configurations (--isr x --flush)")
     common.install_signal_handlers()

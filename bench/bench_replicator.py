@@ -12,7 +12,6 @@ Prints a table and writes bench/results/replicator.json (use --out for smoke run
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import shutil
 import sys

@@ -3,15 +3,30 @@ with the settings that make its failures quick to find on a 2-core machine; shar
 controller tests and the fault-injection suite."""
 
 import json
-import os
 import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process
-from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
+from harness import (
+    LocalCluster,
+    check_for,
+    cli,
+    pid_alive,
+    process_state,
+    resume,
+    start_process,
+    stop_process,
+)
+from quorumq.client import (
+    AdminClient,
+    Blocking,
+    ClientError,
+    Message,
+    Producer,
+    PullConsumer,
+)
 
 SEND_OK = "SEND_OK"
 FAILOVER_S = 15.0  # the bound a test waits for an election; the benchmark measures the real time
@@ -33,11 +48,6 @@ SETS = {
     "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
     "maxMessageSize": str(256 * 1024),
 }
-
-
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat: T for a stopped process."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 class Group:
@@ -108,11 +118,11 @@ class Group:
         controller, every broker in the SyncStateSet."""
         for process in self.zookeepers + self.brokers + self.controllers:
             if pid_alive(process["pid"]):
-                os.kill(process["pid"], signal.SIGCONT)
+                resume(process)
             else:
                 start_process(process)
         for broker in self.brokers:
-            check_for(SETTLE_S, 0.1, lambda: self.status(broker), f"{broker['address']} answers")
+            check_for(SETTLE_S, 0.1, lambda broker=broker: self.status(broker), f"{broker['address']} answers")
         check_for(SETTLE_S, 0.2, lambda: self.admin_json("getControllerMetaData")["leader"], "a leading controller")
         self.wait_in_sync()
 
@@ -126,7 +136,8 @@ class Group:
             if slave is not survivor:
                 slave_id = int(self.status(slave)["brokerId"])
                 stop_process(slave, signal.SIGKILL)
-                check_for(SETTLE_S, 0.1, lambda: slave_id not in self.replica_info()["sync_state_set"],
+                check_for(SETTLE_S, 0.1,
+                          lambda slave_id=slave_id: slave_id not in self.replica_info()["sync_state_set"],
                           "the killed slave out of the SyncStateSet")
         if master is not survivor:
             stop_process(master, signal.SIGKILL)

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from quorumq.cli.up import PORT_SPAN
 from quorumq.client import AdminClient, Blocking
@@ -115,14 +115,39 @@ def cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout)
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter in /proc/PID/stat (R, S, T for stopped, Z...), None if there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a quorumq process with this pid runs (a zombie or a reused pid does not count)."""
+    state = process_state(pid)
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, IndexError):
+    except OSError:
         return False
-    return state not in ("Z", "X") and (b"quorumq" in cmdline or b"zookeeper" in cmdline)
+    return state not in (None, "Z", "X") and (b"quorumq" in cmdline or b"zookeeper" in cmdline)
+
+
+def resume(process: dict) -> None:
+    """SIGCONT a process that a test may have SIGSTOPped (harmless if it runs)."""
+    if pid_alive(process["pid"]):
+        os.kill(process["pid"], signal.SIGCONT)
+
+
+@contextmanager
+def frozen(process: dict):
+    """SIGSTOP the process for the block (its sockets stay open but nothing answers), then SIGCONT."""
+    os.kill(process["pid"], signal.SIGSTOP)
+    try:
+        check_for(5, 0.01, lambda: process_state(process["pid"]) == "T", "the process stopped")
+        yield
+    finally:
+        os.kill(process["pid"], signal.SIGCONT)
 
 
 def stop_process(process: dict, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> None:

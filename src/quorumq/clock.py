@@ -1,5 +1,6 @@
 """The one clock every server reads time through, so fault tests can shift or jump it."""
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -47,3 +48,17 @@ class Clock:
 
     def monotonic_ms(self) -> int:
         return time.monotonic_ns() // 1_000_000
+
+
+class ClockLogFormatter(logging.Formatter):
+    """Stamps each log line with the clock's wall time as it is written (a stream handler writes it
+    as it is made), so a process whose clock is shifted or jumped logs the time it lives in, as a
+    machine whose clock jumped would, and a fault test can see that the process took the jump."""
+
+    def __init__(self, fmt: str, clock: Clock) -> None:
+        super().__init__(fmt)
+        self.clock = clock
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        now_ms = self.clock.now_ms()
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now_ms // 1000)) + f",{now_ms % 1000:03d}"

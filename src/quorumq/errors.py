@@ -1,70 +1,79 @@
-"""The error catalogue: every error a client or operator can see, with a stable name and code.
+"""The error catalogue: every error a client or operator can see, with a stable name and number.
 
-Each entry maps once to the RocketMQ v5 `Code` the official client understands and to a gRPC
-status for quorumq's own cluster protocol. Names and codes are published: never change one,
-only add.
+Each entry's `code` is its own number on quorumq's cluster protocol (cluster.proto `Error`), and the
+name is what clients and logs show. Both are published: a name or code never changes and is never
+reused; new entries only get added, with a new code. The catalogue is pure data, so core/ may raise
+its errors; how each entry travels on the wire (its RocketMQ v5 `Code` and gRPC status) is one table
+in protocol/wire_errors.py.
+
+Codes by range: 1xx the request breaks a rule, 2xx something named does not exist, 3xx the request
+is refused as such, 4xx the broker cannot take it now (retriable), 5xx the server failed.
 """
 
 import errno
 from dataclasses import dataclass
 from enum import Enum
 
-import grpc
-from rocketmq.grpc_protocol import definition_pb2 as v5
 
-Code = v5.Code
-
-
-@dataclass(frozen=True, eq=False)  # identity, so entries sharing codes stay distinct Enum members
+@dataclass(frozen=True)
 class ErrorKind:
-    code: int  # the v5 Code sent to RocketMQ clients
-    grpc_status: grpc.StatusCode  # the status on quorumq's cluster protocol
+    code: int  # the entry's number on the cluster protocol
     retriable: bool
 
 
 class Error(Enum):
-    BAD_REQUEST = ErrorKind(Code.BAD_REQUEST, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_TOPIC = ErrorKind(Code.ILLEGAL_TOPIC, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_CONSUMER_GROUP = ErrorKind(Code.ILLEGAL_CONSUMER_GROUP, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_MESSAGE_TAG = ErrorKind(Code.ILLEGAL_MESSAGE_TAG, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_MESSAGE_KEY = ErrorKind(Code.ILLEGAL_MESSAGE_KEY, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_MESSAGE_PROPERTY_KEY = ErrorKind(
-        Code.ILLEGAL_MESSAGE_PROPERTY_KEY, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_MESSAGE_ID = ErrorKind(Code.ILLEGAL_MESSAGE_ID, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_FILTER_EXPRESSION = ErrorKind(Code.ILLEGAL_FILTER_EXPRESSION, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_INVISIBLE_TIME = ErrorKind(Code.ILLEGAL_INVISIBLE_TIME, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_POLLING_TIME = ErrorKind(Code.ILLEGAL_POLLING_TIME, grpc.StatusCode.INVALID_ARGUMENT, False)
-    ILLEGAL_OFFSET = ErrorKind(Code.ILLEGAL_OFFSET, grpc.StatusCode.OUT_OF_RANGE, False)
-    INVALID_RECEIPT_HANDLE = ErrorKind(Code.INVALID_RECEIPT_HANDLE, grpc.StatusCode.INVALID_ARGUMENT, False)
-    UNRECOGNIZED_CLIENT_TYPE = ErrorKind(Code.UNRECOGNIZED_CLIENT_TYPE, grpc.StatusCode.INVALID_ARGUMENT, False)
-    MESSAGE_BODY_EMPTY = ErrorKind(Code.MESSAGE_BODY_EMPTY, grpc.StatusCode.INVALID_ARGUMENT, False)
-    MESSAGE_BODY_TOO_LARGE = ErrorKind(Code.MESSAGE_BODY_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, False)
-    MESSAGE_PROPERTIES_TOO_LARGE = ErrorKind(
-        Code.MESSAGE_PROPERTIES_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, False)
-    BATCH_TOO_LARGE = ErrorKind(Code.PAYLOAD_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, False)
+    BAD_REQUEST = ErrorKind(100, False)
+    ILLEGAL_TOPIC = ErrorKind(101, False)
+    ILLEGAL_CONSUMER_GROUP = ErrorKind(102, False)
+    ILLEGAL_MESSAGE_TAG = ErrorKind(103, False)
+    ILLEGAL_MESSAGE_KEY = ErrorKind(104, False)
+    ILLEGAL_MESSAGE_PROPERTY_KEY = ErrorKind(105, False)
+    ILLEGAL_MESSAGE_ID = ErrorKind(106, False)
+    ILLEGAL_FILTER_EXPRESSION = ErrorKind(107, False)
+    ILLEGAL_INVISIBLE_TIME = ErrorKind(108, False)
+    ILLEGAL_POLLING_TIME = ErrorKind(109, False)
+    ILLEGAL_OFFSET = ErrorKind(110, False)
+    INVALID_RECEIPT_HANDLE = ErrorKind(111, False)
+    UNRECOGNIZED_CLIENT_TYPE = ErrorKind(112, False)
+    MESSAGE_BODY_EMPTY = ErrorKind(113, False)
+    MESSAGE_BODY_TOO_LARGE = ErrorKind(114, False)
+    MESSAGE_PROPERTIES_TOO_LARGE = ErrorKind(115, False)
+    BATCH_TOO_LARGE = ErrorKind(116, False)
     # A record a producer encoded itself (MessageWriter.SendBatch) that fails its framing or CRC.
-    RECORD_CORRUPTED = ErrorKind(Code.MESSAGE_CORRUPTED, grpc.StatusCode.INVALID_ARGUMENT, False)
-    TOPIC_NOT_FOUND = ErrorKind(Code.TOPIC_NOT_FOUND, grpc.StatusCode.NOT_FOUND, False)
-    CONSUMER_GROUP_NOT_FOUND = ErrorKind(Code.CONSUMER_GROUP_NOT_FOUND, grpc.StatusCode.NOT_FOUND, False)
-    BROKER_NOT_FOUND = ErrorKind(Code.NOT_FOUND, grpc.StatusCode.NOT_FOUND, False)
-    MESSAGE_TYPE_UNSUPPORTED = ErrorKind(Code.UNSUPPORTED, grpc.StatusCode.UNIMPLEMENTED, False)
-    NOT_IMPLEMENTED = ErrorKind(Code.NOT_IMPLEMENTED, grpc.StatusCode.UNIMPLEMENTED, False)
-    NO_PERMISSION = ErrorKind(Code.FORBIDDEN, grpc.StatusCode.PERMISSION_DENIED, False)
-    TOO_MANY_REQUESTS = ErrorKind(Code.TOO_MANY_REQUESTS, grpc.StatusCode.RESOURCE_EXHAUSTED, True)
-    DISK_FULL = ErrorKind(Code.INTERNAL_SERVER_ERROR, grpc.StatusCode.RESOURCE_EXHAUSTED, True)
-    STORE_CORRUPTED = ErrorKind(Code.INTERNAL_ERROR, grpc.StatusCode.DATA_LOSS, False)
-    CONFIG_INVALID = ErrorKind(Code.BAD_REQUEST, grpc.StatusCode.INVALID_ARGUMENT, False)
-    INTERNAL_ERROR = ErrorKind(Code.INTERNAL_ERROR, grpc.StatusCode.INTERNAL, True)
+    RECORD_CORRUPTED = ErrorKind(117, False)
+    CONFIG_INVALID = ErrorKind(118, False)
+    TOPIC_NOT_FOUND = ErrorKind(200, False)
+    CONSUMER_GROUP_NOT_FOUND = ErrorKind(201, False)
+    BROKER_NOT_FOUND = ErrorKind(202, False)
+    MESSAGE_TYPE_UNSUPPORTED = ErrorKind(300, False)
+    NOT_IMPLEMENTED = ErrorKind(301, False)
+    NO_PERMISSION = ErrorKind(302, False)
+    TOO_MANY_REQUESTS = ErrorKind(400, True)
+    DISK_FULL = ErrorKind(401, True)
     # RocketMQ's SERVICE_NOT_AVAILABLE: a slave refuses writes (its master takes them).
-    SERVICE_NOT_AVAILABLE = ErrorKind(Code.HA_NOT_AVAILABLE, grpc.StatusCode.UNAVAILABLE, True)
+    SERVICE_NOT_AVAILABLE = ErrorKind(402, True)
     # A commit the master took but not every member of the SyncStateSet confirmed in slaveTimeout.
-    SLAVE_PERSISTENCE_TIMEOUT = ErrorKind(Code.SLAVE_PERSISTENCE_TIMEOUT, grpc.StatusCode.DEADLINE_EXCEEDED, True)
+    SLAVE_PERSISTENCE_TIMEOUT = ErrorKind(403, True)
     # The replicator's sink could not store records on the destination and its policy is to fail.
-    REPLICATION_FAILED = ErrorKind(Code.INTERNAL_SERVER_ERROR, grpc.StatusCode.ABORTED, True)
+    REPLICATION_FAILED = ErrorKind(404, True)
+    INTERNAL_ERROR = ErrorKind(500, True)
+    STORE_CORRUPTED = ErrorKind(501, False)
 
     @property
     def code(self) -> int:
         return self.value.code
+
+    @property
+    def retriable(self) -> bool:
+        return self.value.retriable
+
+    @classmethod
+    def from_code(cls, code: int) -> "Error | None":
+        """The entry with this code; None for a code this version does not know (a newer server's)."""
+        return _BY_CODE.get(code)
+
+
+_BY_CODE = {error.code: error for error in Error}
 
 
 class QuorumqError(Exception):

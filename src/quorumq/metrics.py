@@ -10,7 +10,6 @@ state without locks. `prometheus_client` formats the families.
 import asyncio
 import bisect
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 import grpc
@@ -19,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from quorumq import limits
+from quorumq.clock import Clock
 from quorumq.config import Config
 from quorumq.http import Response, serve_http
 
@@ -117,7 +117,8 @@ class RpcLatency(grpc.aio.ServerInterceptor):
     handler's start to its last response, by method and outcome (client streams are sessions,
     not requests: not timed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.histograms: dict[tuple[str, str, str], Histogram] = {}
 
     def family(self, families: Families) -> Metric:
@@ -129,7 +130,7 @@ class RpcLatency(grpc.aio.ServerInterceptor):
         histogram = self.histograms.get(key)
         if histogram is None:
             histogram = self.histograms[key] = Histogram(RPC_LATENCY_BUCKETS_MS)
-        histogram.observe((time.perf_counter() - started) * 1000)
+        histogram.observe((self.clock.monotonic() - started) * 1000)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -140,7 +141,7 @@ class RpcLatency(grpc.aio.ServerInterceptor):
             behavior = handler.unary_unary
 
             async def unary(request, context):
-                started, outcome = time.perf_counter(), "OK"
+                started, outcome = self.clock.monotonic(), "OK"
                 try:
                     return await behavior(request, context)
                 except BaseException as exc:
@@ -154,7 +155,7 @@ class RpcLatency(grpc.aio.ServerInterceptor):
         behavior = handler.unary_stream
 
         async def stream(request, context):
-            started, outcome = time.perf_counter(), "OK"
+            started, outcome = self.clock.monotonic(), "OK"
             try:
                 async for response in behavior(request, context):
                     yield response

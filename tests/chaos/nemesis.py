@@ -19,9 +19,9 @@ from typing import Callable
 from controller_group import Group
 from harness import pid_alive, start_process
 from history import History
+from network import DOWN, UP, Network
 from quorumq.store.checkpoint import load_checkpoint
 from quorumq.store.message_store import FSYNC_LOG_NAME
-from network import DOWN, UP, Network
 
 Heal = Callable[[], None]
 BALLAST_CHUNK = b"\0" * (1 << 20)

@@ -27,14 +27,21 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from checkers import (Hygiene, availability, check_all, pipeline, summary, translations,  # noqa: E402
-                      verdict_table)
+from checkers import Hygiene, availability, check_all, pipeline, summary, translations, verdict_table  # noqa: E402
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_offsets, read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
 from history import History, read_history  # noqa: E402
-from nemesis import (CLOCK_DIR_VARIABLE, COMBINED, ENSEMBLE_FAULTS, FAULT_KINDS, PIPELINE, Nemesis, mount_small_disks,  # noqa: E402
-                     unmount)
+from nemesis import (  # noqa: E402
+    CLOCK_DIR_VARIABLE,
+    COMBINED,
+    ENSEMBLE_FAULTS,
+    FAULT_KINDS,
+    PIPELINE,
+    Nemesis,
+    mount_small_disks,
+    unmount,
+)
 from network import Network  # noqa: E402
 from pipeline import Pipeline  # noqa: E402
 from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402

@@ -3,9 +3,24 @@ lets through what the spec allows (recovered values, retried duplicates)."""
 
 import threading
 
-from checkers import (RSS_LIMIT_MB, Hygiene, availability, check_all, commits, convergence, duplicates, hygiene,
-                      inconsistent_offsets, lost, order, pipeline, split_brain, translations, unexpected,
-                      verdict_table)
+from checkers import (
+    RSS_LIMIT_MB,
+    Hygiene,
+    availability,
+    check_all,
+    commits,
+    convergence,
+    duplicates,
+    hygiene,
+    inconsistent_offsets,
+    lost,
+    order,
+    pipeline,
+    split_brain,
+    translations,
+    unexpected,
+    verdict_table,
+)
 from history import History, read_history
 
 Q0, Q1 = "broker-a:0", "broker-a:1"

@@ -13,11 +13,10 @@ elect."""
 
 import os
 import signal
-import time
 from contextlib import contextmanager
 
 from controller_group import FAILOVER_S, SEND_OK, SETTLE_S, started_group
-from harness import check_for, free_base_port, start_process, stop_process
+from harness import check_for, free_base_port, log_end, log_since, start_process, stop_process
 from network import DOWN, Network
 from quorumq.client.controller import CALL_TIMEOUT_S
 
@@ -65,20 +64,25 @@ def test_a_set_change_whose_answer_was_lost_keeps_every_send_on_the_brokers_the_
         assert group.send(topic, b"before") == SEND_OK
         master = group.master()
         joining, other = group.slaves()
-        joining_id = int(group.status(joining)["brokerId"])
+        joining_id, other_id = (int(group.status(slave)["brokerId"]) for slave in (joining, other))
         os.kill(joining["pid"], signal.SIGSTOP)
         try:
             check_for(SETTLE_S, 0.2, lambda: joining_id not in group.replica_info()["sync_state_set"],
                       "the stopped slave out of the SyncStateSet")
             network.impair(network.links_of(master["address"], "controllers"), frozenset({DOWN}))
+            logged = log_end(master)
             os.kill(joining["pid"], signal.SIGCONT)
             check_for(SETTLE_S, 0.05, lambda: joining_id in group.replica_info()["sync_state_set"],
                       "the controller taking the slave back")
             os.kill(joining["pid"], signal.SIGSTOP)
-            time.sleep(2 * CALL_TIMEOUT_S + 2)  # the master asked both controllers; neither answer came
+            check_for(2 * CALL_TIMEOUT_S + SETTLE_S, 0.1, lambda: "got no answer" in log_since(master, logged),
+                      "the master asked both controllers and neither answer came")
             status = group.send(topic, b"after")
+            logged = {controller["address"]: log_end(controller) for controller in group.controllers}
             stop_process(other, signal.SIGKILL)
-            time.sleep(1)  # its stream's end reaches the controller first: it is not elected as the master dies
+            # Its stream's end reaches the controller first: it is not elected as the master dies.
+            check_for(SETTLE_S, 0.05, lambda: any(f"broker {other_id} gone" in log_since(controller, logged[
+                controller["address"]]) for controller in group.controllers), "the controller saw the slave go")
             stop_process(master, signal.SIGKILL)
         finally:
             os.kill(joining["pid"], signal.SIGCONT)

@@ -3,7 +3,6 @@
 import os
 import random
 import socket
-import time
 import uuid
 
 import grpc
@@ -14,7 +13,6 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import SMALL_MESSAGE_SIZE
 from quorumq import limits
-
 
 
 @pytest.fixture(scope="module")
@@ -94,16 +92,24 @@ def test_pull_beyond_the_end_is_an_illegal_offset(stub):
 
 
 def _garbage_everywhere(cluster, seed: int) -> list[socket.socket]:
-    """Random bytes, a half-sent HTTP/2 preface and idle half-open connections on every port."""
+    """Random bytes and a half-sent HTTP/2 preface on every port, each read by the server (it closed the
+    connection), and idle half-open connections that the server answered with its settings."""
     rng = random.Random(seed)
     idle = []
     for process in cluster["processes"]:
         host, port = process["address"].rsplit(":", 1)
         for payload in (rng.randbytes(4096), b"PRI * HTTP/2.0\r\n", os.urandom(64)):
             with socket.create_connection((host, int(port)), timeout=5) as sock:
-                sock.sendall(payload)
+                try:
+                    sock.sendall(payload)
+                    sock.shutdown(socket.SHUT_WR)
+                    while sock.recv(4096):  # until the server, having read it all, closes
+                        pass
+                except ConnectionError:  # it closed before reading everything: it read enough
+                    pass
         half_open = socket.create_connection((host, int(port)), timeout=5)
         half_open.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        assert half_open.recv(9), "the server did not start HTTP/2 on a whole preface"  # its SETTINGS
         idle.append(half_open)
     return idle
 
@@ -113,7 +119,6 @@ def test_garbage_and_half_open_connections_do_not_stop_service(small_message_clu
     assert before.status.code == v5.Code.OK
     idle = _garbage_everywhere(small_message_cluster, seed=7)
     try:
-        time.sleep(0.5)
         after = send(stub, message(topic="Garbage", body=b"after"))
         assert after.status.code == v5.Code.OK
         route = v5_grpc.MessagingServiceStub(grpc.insecure_channel(small_message_cluster["access_point"])).QueryRoute(

@@ -5,8 +5,24 @@ import asyncio
 import time
 import uuid
 
-from quorumq.client import (FOUND, NO_NEW_MSG, OFFSET_ILLEGAL, AdminClient, Blocking, Message, Producer,
-                            PullConsumer)
+import grpc
+import pytest
+
+from quorumq.client import (
+    FOUND,
+    NO_NEW_MSG,
+    OFFSET_ILLEGAL,
+    AdminClient,
+    Blocking,
+    ClientError,
+    Message,
+    Producer,
+    PullConsumer,
+)
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.errors import Error
+from quorumq.protocol.wire_errors import sent_error
 
 
 def new_topic() -> str:
@@ -73,6 +89,7 @@ async def test_query_offset_at_beginning_end_and_by_time(shared_cluster):
     access_point, topic = shared_cluster["access_point"], new_topic()
     async with Producer(access_point) as producer, PullConsumer(access_point, "G") as consumer:
         await producer.send_batch(topic, [Message(b"early")] * 5, queue_id=1)
+        # Time must pass (store times are in ms) for a timestamp strictly between the two batches.
         await asyncio.sleep(0.05)
         between_ms = time.time_ns() // 1_000_000
         await asyncio.sleep(0.05)
@@ -101,7 +118,7 @@ async def test_a_long_poll_returns_when_a_message_arrives(shared_cluster):
     async with Producer(access_point) as producer, PullConsumer(access_point, "G") as consumer:
         await producer.send_batch(topic, [Message(b"first")], queue_id=0)
         waiting = asyncio.create_task(consumer.pull(topic, 0, 1, 10, long_poll_s=20))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a while with nothing to return: that the pull is held is what is tested
         assert not waiting.done(), "nothing new yet: the pull is held"
         await producer.send_batch(topic, [Message(b"second")], queue_id=0)
         result = await asyncio.wait_for(waiting, timeout=15)
@@ -142,3 +159,22 @@ async def test_admin_client_sees_the_cluster_and_changes_topics(shared_cluster):
         assert topic in await admin.topic_list()
         group = await admin.member_group(shared_cluster["cluster"], "broker-a")
         assert dict(group.addresses) == {0: broker["address"]}
+
+
+async def test_a_cluster_rpc_error_reaches_the_client_as_its_catalogue_entry_by_code(shared_cluster):
+    """A broker's refusals carry the entry's code beside the gRPC status; CONFIG_INVALID shares
+    BAD_REQUEST's v5 code and gRPC status, only the code tells them apart."""
+    [broker] = [p for p in shared_cluster["processes"] if p["kind"] == "broker"]
+    topic = new_topic()
+    async with grpc.aio.insecure_channel(broker["address"]) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as raw:
+            await pb_grpc.BrokerAdminStub(channel).DeleteTopic(pb.TopicRequest(topic=topic), timeout=5)
+    sent = sent_error(raw.value.trailing_metadata())
+    assert sent is not None and sent.code == Error.TOPIC_NOT_FOUND.code and topic in sent.detail
+    async with AdminClient(shared_cluster["access_point"]) as admin:
+        with pytest.raises(ClientError) as missing:
+            await admin.delete_topic(topic)
+        with pytest.raises(ClientError) as bad_key:
+            await admin.update_broker_config("noSuchKey", "1", address=broker["address"])
+    assert (missing.value.error, missing.value.name) == (Error.TOPIC_NOT_FOUND, "TOPIC_NOT_FOUND")
+    assert (bad_key.value.error, bad_key.value.name) == (Error.CONFIG_INVALID, "CONFIG_INVALID")

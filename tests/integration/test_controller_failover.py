@@ -26,13 +26,30 @@ import uuid
 from pathlib import Path
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, Message as V5Message, Producer as V5Producer
+from rocketmq import ClientConfiguration, Credentials
+from rocketmq import Message as V5Message
+from rocketmq import Producer as V5Producer
 
 from controller_group import FAILOVER_S, SEND_OK, SETS, SETTLE_S, Group, started_group
-from harness import (check_for, cli, console_errors, free_base_port, headless_chromium, log_end, log_since, metric,
-                     page_text, pid_alive, scrape, start_process, stop_process, v5_message, v5_send)
+from harness import (
+    check_for,
+    cli,
+    console_errors,
+    free_base_port,
+    headless_chromium,
+    log_end,
+    log_since,
+    metric,
+    page_text,
+    pid_alive,
+    scrape,
+    start_process,
+    stop_process,
+    v5_message,
+    v5_send,
+)
 from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer, SendResult
-from quorumq.controller.server import NEW_LEADER_GRACE_S
+from quorumq.controller.service import NEW_LEADER_GRACE_S
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
 
 

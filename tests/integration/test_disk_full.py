@@ -79,3 +79,31 @@ def test_full_disk_refuses_writes_then_resumes(small_disk, refusal):
         assert begin.offset > 0, "the deleted segments' queue entries must be gone: min offset moved forward"
     finally:
         cluster.stop()
+
+
+def test_a_send_refused_for_a_full_disk_creates_no_topic(start_cluster):
+    """Admission comes before auto-creation: a send to a new topic that the disk check refuses
+    leaves no topic behind (autoCreateTopicEnable is on)."""
+    info = start_cluster(sets={"cleanResourceInterval": "100"})
+    broker = next(p for p in info["processes"] if p["kind"] == "broker")
+    stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
+
+    def set_warning_ratio(value: str) -> None:
+        result = cli("admin", "updateBrokerConfig", "-n", info["access_point"],
+                     "-k", "diskSpaceWarningLevelRatio", "-v", value)
+        assert result.returncode == 0, result.stderr
+
+    set_warning_ratio("0.0001")  # any disk is fuller than that: writes are refused
+    check_for(10, 0.05, lambda: send(stub, "Probe").status.code != v5.Code.OK, "writes refused")
+    refused = send(stub, "Refused").status
+    assert "DISK_FULL" in refused.message
+    set_warning_ratio("0.99")
+    check_for(10, 0.05, lambda: send(stub, "Accepted").status.code == v5.Code.OK, "writes resumed")
+
+    def topics() -> list[str]:
+        result = cli("admin", "topicList", "-n", info["access_point"])
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    listed = check_for(10, 0.1, lambda: "Accepted" in (names := topics()) and names, "the new topic registered")
+    assert "Refused" not in listed, "a refused send created its topic"

@@ -8,8 +8,18 @@ import signal
 
 import pytest
 
-from harness import (LocalCluster, check_for, configuration, metric, official_message, scrape, simple_consumer,
-                     started_producer, v5_message, v5_send)
+from harness import (
+    LocalCluster,
+    check_for,
+    configuration,
+    metric,
+    official_message,
+    scrape,
+    simple_consumer,
+    started_producer,
+    v5_message,
+    v5_send,
+)
 from quorumq.client import Message, Producer, PullConsumer
 
 TOPIC = "Metered"

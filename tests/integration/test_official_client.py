@@ -3,10 +3,16 @@
 import time
 import uuid
 
-import pytest
-
-from harness import (check_for, configuration, official_message, receive_all, restart_process, simple_consumer,
-                     started_producer, wait_registered)
+from harness import (
+    check_for,
+    configuration,
+    official_message,
+    receive_all,
+    restart_process,
+    simple_consumer,
+    started_producer,
+    wait_registered,
+)
 from quorumq import limits
 
 

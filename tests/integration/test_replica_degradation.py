@@ -18,21 +18,18 @@ several tests: before each test the group is restored (slaves running and contin
 their baseline, every slave connected and in sync, the name server counting all of them).
 """
 
-import os
 import signal
 import time
-import uuid
-from contextlib import contextmanager
-from pathlib import Path
 
 import grpc
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-from harness import LocalCluster, check_for, pid_alive, start_process, stop_process
+from harness import LocalCluster, check_for, frozen, start_process, stop_process
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from replica_group import SETTLE_S, ReplicaGroup, new_topic
 
 SEND_OK = "SEND_OK"
 FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
@@ -41,7 +38,6 @@ NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 HOUSEKEEPING_MS = 4000  # haHousekeepingInterval: a silent replication peer is dropped after this
 SLAVE_TIMEOUT_MS = 3000  # slaveTimeout, RocketMQ's default
 SLACK_S = 10.0  # on top of every bound: the machine may be busy
-SETTLE_S = 60.0  # restarting slaves and letting the name server see them
 EXPIRY_S = 30.0  # the name server drops a silent broker (3 s) and the master hears of it
 GAP_DEFAULT = 268435456  # haMaxGapNotInSync, 256 MiB
 
@@ -61,110 +57,6 @@ BASE_SETS = {
     "mappedFileSizeCommitLog": str(2 * 1024 * 1024),
     "maxMessageSize": str(256 * 1024),
 }
-
-
-def new_topic() -> str:
-    return f"T{uuid.uuid4().hex[:10]}"
-
-
-class ReplicaGroup:
-    """One broker name's master and slaves from cluster.json, with an admin client and a producer."""
-
-    def __init__(self, cluster: dict, baseline: dict[str, object]) -> None:
-        self.cluster = cluster
-        brokers = [p for p in cluster["processes"] if p["kind"] == "broker"]
-        self.master = next(p for p in brokers if p["broker_id"] == 0)
-        self.slaves = sorted((p for p in brokers if p["broker_id"] > 0), key=lambda p: p["broker_id"])
-        self.baseline = baseline  # the live quorum keys every test starts from
-        self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=5.0)
-        self.producer = Blocking(Producer, cluster["access_point"])
-
-    def close(self) -> None:
-        self.producer.close()
-        self.admin.close()
-
-    @property
-    def size(self) -> int:
-        return 1 + len(self.slaves)
-
-    def slave_ids(self, *slaves: dict) -> str:
-        """How brokerStatus lists these slaves."""
-        return ",".join(str(slave["broker_id"]) for slave in slaves)
-
-    # What the user looks at.
-
-    def status(self, process: dict | None = None) -> dict[str, str]:
-        return self.admin.broker_status((process or self.master)["address"])
-
-    def wait_status(self, timeout: float = SETTLE_S, process: dict | None = None, **expected: object) -> dict:
-        """Poll brokerStatus until every expected key shows the expected value."""
-        def matches() -> dict | None:
-            status = self.status(process)
-            return status if all(status[key] == str(value) for key, value in expected.items()) else None
-        return check_for(timeout, 0.1, matches, f"brokerStatus {expected}")
-
-    def configure(self, **keys: object) -> None:
-        """Change live keys on the master (quorumq admin updateBrokerConfig -b MASTER)."""
-        for key, value in keys.items():
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            self.admin.update_broker_config(key, text, address=self.master["address"])
-
-    def new_topic(self) -> str:
-        """A topic of one queue on the master, so every send lands in queue 0."""
-        topic = new_topic()
-        self.admin.update_topic(self.master["address"], topic, read_queue_nums=1, write_queue_nums=1)
-        return topic
-
-    def send(self, topic: str, size: int = 64):
-        """One send to queue 0: (SendResult, seconds it took)."""
-        started = time.monotonic()
-        result = self.producer.send(topic, Message(os.urandom(size)), queue_id=0)
-        return result, time.monotonic() - started
-
-    def queue_max(self, topic: str) -> int:
-        [progress] = self.admin.consumer_progress("probe", topic)
-        [queue] = [q for q in progress.queues if q.topic == topic and q.queue_id == 0]
-        return queue.max_offset
-
-    def log_end(self, process: dict | None = None) -> int:
-        return int(self.status(process)["commitLogMaxOffset"])
-
-    # Faults.
-
-    def kill(self, *slaves: dict) -> None:
-        for slave in slaves:
-            stop_process(slave, signal.SIGKILL)
-
-    def restore(self) -> None:
-        """Every slave running (restarted, or continued after SIGSTOP), the quorum keys at their
-        baseline, every slave connected and in sync, the name server counting the whole group."""
-        for slave in self.slaves:
-            if pid_alive(slave["pid"]):
-                os.kill(slave["pid"], signal.SIGCONT)
-            else:
-                start_process(slave)
-        self.configure(**self.baseline)
-        self.wait_status(aliveReplicas=self.size, inSyncReplicas=self.size, slaves=self.slave_ids(*self.slaves))
-
-    def continue_slaves(self) -> None:
-        for slave in self.slaves:
-            if pid_alive(slave["pid"]):
-                os.kill(slave["pid"], signal.SIGCONT)
-
-
-def process_state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-@contextmanager
-def frozen(process: dict):
-    """SIGSTOP the process for the block (its sockets stay open but nothing answers), then SIGCONT."""
-    os.kill(process["pid"], signal.SIGSTOP)
-    try:
-        check_for(5, 0.01, lambda: process_state(process["pid"]) == "T", "the process stopped")
-        yield
-    finally:
-        os.kill(process["pid"], signal.SIGCONT)
 
 
 def group_fixtures(name: str, replicas: int, baseline: dict[str, object]):
@@ -187,7 +79,7 @@ def group_fixtures(name: str, replicas: int, baseline: dict[str, object]):
     @pytest.fixture(name=name)
     def restored_group(request):
         group = request.getfixturevalue(f"{name}_cluster")
-        group.restore()
+        group.restore(aliveReplicas=group.size)  # the name server counts the whole group
         try:
             yield group
         finally:
@@ -380,7 +272,7 @@ class TestFourReplicas:
                 assert all(quad.log_end(slave) >= end for slave in others), "SEND_OK before two slaves held it"
             # Continued within haHousekeepingInterval: its connection held; it catches up.
             quad.wait_status(inSyncReplicas=4, slaves=quad.slave_ids(*quad.slaves))
-            check_for(SETTLE_S, 0.1, lambda: quad.log_end(frozen_slave) == quad.log_end(), "caught up")
+            quad.wait_caught_up(frozen_slave)
 
 
 # The master gone: consumers read on from the slave acting for it.

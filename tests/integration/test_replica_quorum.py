@@ -17,8 +17,7 @@ import random
 import signal
 import threading
 import time
-import uuid
-from dataclasses import dataclass
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,27 @@ from rocketmq import Message as OfficialMessage
 from rocketmq import Producer as OfficialProducer
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
-from harness import LocalCluster, check_for, cli, pid_alive, start_process, stop_process, v5_message, v5_send
-from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
+from harness import (
+    LocalCluster,
+    check_for,
+    cli,
+    resume,
+    stop_process,
+    v5_message,
+    v5_send,
+)
+from quorumq.client import (
+    Blocking,
+    ClientError,
+    Message,
+    Producer,
+    PullConsumer,
+)
 from quorumq.clock import Clock
 from quorumq.config import Config, Kind
 from quorumq.core.properties import MESSAGE_ID
 from quorumq.store import MessageStore
+from replica_group import SETTLE_S, ReplicaGroup, new_topic
 
 SLAVE_TIMEOUT_MS = 1000  # short, so a send without its copies ends soon
 SEGMENT_BYTES = 8 * 1024 * 1024  # small segments: less disk, and the durability log spans two
@@ -41,54 +55,11 @@ SEGMENT_BYTES = 8 * 1024 * 1024  # small segments: less disk, and the durability
 COMMON_SETTINGS = {"registerNameServerPeriod": "1000", "mappedFileSizeCommitLog": str(SEGMENT_BYTES)}
 # Live keys the quorum_group tests change, and the values the fixture puts back.
 QUORUM_LIVE = {"inSyncReplicas": "2", "slaveTimeout": str(SLAVE_TIMEOUT_MS), "syncFlushTimeout": "5000"}
-SETTLE_S = 30.0  # how long a restarted slave may take to be back in sync
 # "Did not hang" bounds: a send that waits for slaveTimeout must end within this much more.
 HANG_SLACK_S = 4.0
 
 
 # Helpers.
-
-def brokers(cluster: dict, broker_name: str = "broker-a") -> tuple[dict, list[dict]]:
-    """The master and the slaves of one broker name."""
-    group = sorted((p for p in cluster["processes"] if p.get("broker_name") == broker_name),
-                   key=lambda p: p["broker_id"])
-    return group[0], group[1:]
-
-
-def topic_name() -> str:
-    return f"Q{uuid.uuid4().hex[:10]}"
-
-
-def resume(process: dict) -> None:
-    """SIGCONT a process that a test may have SIGSTOPped (harmless if it runs)."""
-    if pid_alive(process["pid"]):
-        os.kill(process["pid"], signal.SIGCONT)
-
-
-def wait_in_sync(admin, master: dict, slave_ids: list[int], timeout: float = SETTLE_S) -> dict:
-    """Wait until the master lists exactly these slaves and counts them all in sync."""
-    wanted = {"slaves": ",".join(map(str, sorted(slave_ids))), "inSyncReplicas": str(1 + len(slave_ids))}
-
-    def settled():
-        status = admin.broker_status(master["address"])
-        return status if all(status[key] == value for key, value in wanted.items()) else None
-
-    return check_for(timeout, 0.1, settled, f"master {master['address']} with slaves {wanted}")
-
-
-def wait_slave_gone(admin, master: dict, slave: dict) -> None:
-    check_for(10, 0.05, lambda: str(slave["broker_id"]) not in
-              admin.broker_status(master["address"])["slaves"].split(","), "the master noticed the slave is gone")
-
-
-def wait_caught_up(admin, master: dict, slave: dict) -> int:
-    """Wait until the slave's commit log ends where the master's does; returns that offset."""
-    def same_end():
-        end = admin.broker_status(master["address"])["commitLogMaxOffset"]
-        return int(end) if admin.broker_status(slave["address"])["commitLogMaxOffset"] == end else None
-
-    return check_for(SETTLE_S, 0.1, same_end, "the slave caught up with the master")
-
 
 def commit_log_bytes(data_dir: str, end: int) -> bytes:
     """The commit log's bytes [0, end), read from the segment files (fixed size, named by their
@@ -141,21 +112,6 @@ def timed(fn, *args, **kwargs):
 
 # Fixtures.
 
-@dataclass
-class Group:
-    cluster: dict
-    master: dict
-    slave: dict
-    admin: Blocking  # an AdminClient
-    producer: Blocking  # quorumq's Producer
-
-    def set_live(self, key: str, value: str) -> None:
-        self.admin.update_broker_config(key, value, address=self.master["address"])
-
-    def status(self, process: dict | None = None) -> dict:
-        return self.admin.broker_status((process or self.master)["address"])
-
-
 def stop_cluster(cluster: LocalCluster) -> None:
     for process in (cluster.info or {}).get("processes", []):
         resume(process)  # a stopped process would only die after `up`'s grace period
@@ -177,17 +133,10 @@ def quorum_cluster(tmp_path_factory):
 @pytest.fixture
 def quorum_group(quorum_cluster):
     """The shared group with its slave connected and in sync; put back that way after the test."""
-    master, [slave] = brokers(quorum_cluster)
-    with Blocking(AdminClient, quorum_cluster["access_point"], timeout_s=5.0) as admin, \
-            Blocking(Producer, quorum_cluster["access_point"], timeout_s=15.0) as producer:
-        wait_in_sync(admin, master, [slave["broker_id"]])
-        yield Group(quorum_cluster, master, slave, admin, producer)
-        resume(slave)
-        if not pid_alive(slave["pid"]):
-            start_process(slave)
-        for key, value in QUORUM_LIVE.items():
-            admin.update_broker_config(key, value, address=master["address"])
-        wait_in_sync(admin, master, [slave["broker_id"]])
+    with closing(ReplicaGroup(quorum_cluster, QUORUM_LIVE, send_timeout_s=15.0)) as group:
+        group.wait_in_sync()
+        yield group
+        group.restore()
 
 
 @pytest.fixture(scope="module")
@@ -207,12 +156,11 @@ def role_cluster(tmp_path_factory):
 # Scenario 1: the compatibility trap.
 
 def test_sync_master_with_default_quorum_does_not_wait_for_a_stuck_slave(role_cluster):
-    master, [slave] = brokers(role_cluster, "broker-a")
-    with Blocking(AdminClient, role_cluster["access_point"], timeout_s=5.0) as admin, \
-            Blocking(Producer, role_cluster["access_point"], timeout_s=30.0) as producer:
-        status = wait_in_sync(admin, master, [1])
+    with closing(ReplicaGroup(role_cluster, broker_name="broker-a", send_timeout_s=30.0)) as g:
+        master, slave, admin, producer = g.master, g.slave, g.admin, g.producer
+        status = g.wait_in_sync()
         assert (status["brokerRole"], status["aliveReplicas"]) == ("SYNC_MASTER", "2")
-        topic = topic_name()
+        topic = new_topic()
         os.kill(slave["pid"], signal.SIGSTOP)
         try:
             # inSyncReplicas=1 needs only the master's copy: SEND_OK without waiting for the slave,
@@ -234,7 +182,7 @@ def test_sync_master_with_default_quorum_does_not_wait_for_a_stuck_slave(role_cl
             resume(slave)
             admin.update_broker_config("inSyncReplicas", "1", address=master["address"])
             admin.update_broker_config("slaveTimeout", "10000", address=master["address"])
-        wait_caught_up(admin, master, slave)
+        g.wait_caught_up(slave)
         assert sorted(m.body for m in read_topic(role_cluster["access_point"], topic)) == \
             [b"now-waits", b"trap-0", b"trap-1", b"trap-2"]
 
@@ -242,14 +190,13 @@ def test_sync_master_with_default_quorum_does_not_wait_for_a_stuck_slave(role_cl
 # Scenario 16: an ASYNC_MASTER ignores inSyncReplicas.
 
 def test_async_master_ignores_in_sync_replicas(role_cluster):
-    master, [slave] = brokers(role_cluster, "broker-b")
-    with Blocking(AdminClient, role_cluster["access_point"], timeout_s=5.0) as admin, \
-            Blocking(Producer, role_cluster["access_point"], timeout_s=30.0) as producer:
-        wait_in_sync(admin, master, [1])
+    with closing(ReplicaGroup(role_cluster, broker_name="broker-b", send_timeout_s=30.0)) as g:
+        master, slave, admin, producer = g.master, g.slave, g.admin, g.producer
+        g.wait_in_sync()
         assert admin.broker_config(master["address"])["inSyncReplicas"] == "3"
         stop_process(slave, signal.SIGKILL)
-        wait_slave_gone(admin, master, slave)
-        topic = topic_name()
+        g.wait_slave_gone(slave)
+        topic = new_topic()
         # A SYNC_MASTER would wait slaveTimeout for 2 more copies and answer FLUSH_SLAVE_TIMEOUT.
         results = [producer.send(topic, Message(f"async-{index}".encode()), broker_name="broker-b")
                    for index in range(3)]
@@ -265,14 +212,14 @@ def test_async_master_ignores_in_sync_replicas(role_cluster):
 
 def test_quorum_met_sends_are_ok_and_the_slave_log_is_byte_identical(quorum_group):
     g = quorum_group
-    topic = topic_name()
+    topic = new_topic()
     singles = [g.producer.send(topic, Message(f"single-{index}".encode(), tag="A", keys=f"k{index}",
                                               properties={"n": str(index)})) for index in range(5)]
     rng = random.Random(2)
     batch = g.producer.send_batch(topic, [Message(rng.randbytes(rng.randrange(1, 3000))) for _ in range(200)])
     assert [r.status for r in singles + batch] == ["SEND_OK"] * 205
     assert g.status()["waitingForSlaves"] == "0"
-    end = wait_caught_up(g.admin, g.master, g.slave)
+    end = g.wait_caught_up(g.slave)
     assert commit_log_bytes(g.slave["data_dir"], end) == commit_log_bytes(g.master["data_dir"], end)
 
 
@@ -280,9 +227,9 @@ def test_quorum_met_sends_are_ok_and_the_slave_log_is_byte_identical(quorum_grou
 
 def test_slave_down_sends_time_out_after_slave_timeout_and_stay_on_the_master(quorum_group):
     g = quorum_group
-    topic = topic_name()
+    topic = new_topic()
     stop_process(g.slave, signal.SIGKILL)
-    wait_slave_gone(g.admin, g.master, g.slave)
+    g.wait_slave_gone(g.slave)
     sent = []
     for index in range(3):
         result, elapsed = timed(g.producer.send, topic, Message(f"unreplicated-{index}".encode()), queue_id=0)
@@ -301,16 +248,16 @@ def test_slave_down_sends_time_out_after_slave_timeout_and_stay_on_the_master(qu
 
 def test_flush_and_slave_timeout_together_give_flush_slave_timeout(quorum_group):
     g = quorum_group
-    topic = topic_name()
+    topic = new_topic()
     # syncFlushTimeout=0 gives up on the fsync before it can complete (the group-commit flush runs
     # in a worker thread, the zero timer fires first): a disk too slow for its timeout.
-    g.set_live("syncFlushTimeout", "0")
-    g.set_live("inSyncReplicas", "1")
+    g.configure(syncFlushTimeout=0)
+    g.configure(inSyncReplicas=1)
     result = g.producer.send(topic, Message(b"flush-only"), queue_id=0)
     assert result.status == "FLUSH_DISK_TIMEOUT", result  # the flush alone times out
 
     os.kill(g.slave["pid"], signal.SIGSTOP)  # connected but silent: no ack comes
-    g.set_live("inSyncReplicas", "2")
+    g.configure(inSyncReplicas=2)
     result, elapsed = timed(g.producer.send, topic, Message(b"flush-and-slave"), queue_id=0)
     assert result.status == "FLUSH_SLAVE_TIMEOUT", result
     assert elapsed < SLAVE_TIMEOUT_MS / 1000 + HANG_SLACK_S
@@ -327,7 +274,7 @@ def test_send_to_a_slave_is_refused_and_nothing_is_stored(quorum_group):
     check_for(SETTLE_S, 0.1, lambda: g.status(g.slave)["topicCount"] == g.status()["topicCount"],
               "the slave mirrors the master's topics")
     before = g.status(g.slave)
-    topic = topic_name()
+    topic = new_topic()
     response = v5_send(g.slave["address"], v5_message(topic, b"to-the-slave"))
     [entry] = response.entries
     assert entry.status.code == v5.Code.HA_NOT_AVAILABLE, entry
@@ -343,9 +290,9 @@ def test_send_to_a_slave_is_refused_and_nothing_is_stored(quorum_group):
 
 def test_in_sync_replicas_changed_live_applies_to_the_next_send(quorum_group):
     g = quorum_group
-    namesrv, topic = g.cluster["access_point"], topic_name()
+    namesrv, topic = g.cluster["access_point"], new_topic()
     stop_process(g.slave, signal.SIGKILL)
-    wait_slave_gone(g.admin, g.master, g.slave)
+    g.wait_slave_gone(g.slave)
 
     def send_message(body: str) -> str:
         done = cli("admin", "sendMessage", "-n", namesrv, "-t", topic, "-p", body)
@@ -369,7 +316,7 @@ def test_in_sync_replicas_changed_live_applies_to_the_next_send(quorum_group):
 
 def test_official_client_retry_after_flush_slave_timeout_is_stored_once(quorum_group):
     g = quorum_group
-    topic = topic_name()
+    topic = new_topic()
     producer = OfficialProducer(ClientConfiguration(g.cluster["access_point"], Credentials(), request_timeout=10))
     producer.startup()
     try:
@@ -416,14 +363,14 @@ def test_official_client_retry_after_flush_slave_timeout_is_stored_once(quorum_g
     stored = [m for m in read_topic(g.cluster["access_point"], topic) if m.body == b"retried"]
     assert [m.message_id for m in stored] == [receipt.message_id], "the retry was stored again"
     assert stored[0].queue_offset == receipt.offset
-    wait_caught_up(g.admin, g.master, g.slave)
+    g.wait_caught_up(g.slave)
 
 
 def test_v5_send_repeated_with_the_same_message_id_is_stored_once(quorum_group):
     """The dedupe without any client's retry policy: the same SendMessage twice, as a client that
     retries later (after the slave came back) would send it."""
     g = quorum_group
-    topic = topic_name()
+    topic = new_topic()
     message = v5_message(topic, b"twice")
     os.kill(g.slave["pid"], signal.SIGSTOP)
     try:
@@ -431,7 +378,7 @@ def test_v5_send_repeated_with_the_same_message_id_is_stored_once(quorum_group):
     finally:
         resume(g.slave)
     assert first.entries[0].status.code == v5.Code.SLAVE_PERSISTENCE_TIMEOUT, first
-    wait_in_sync(g.admin, g.master, [1])
+    g.wait_in_sync()
     second = v5_send(g.master["address"], message)
     assert second.entries[0].status.code == v5.Code.OK, second
     assert second.entries[0].offset == first.entries[0].offset
@@ -444,8 +391,7 @@ def test_v5_send_repeated_with_the_same_message_id_is_stored_once(quorum_group):
 def test_every_acknowledged_message_is_on_the_slave_after_the_master_is_killed(start_cluster):
     cluster = start_cluster(replicas=2, sets={**COMMON_SETTINGS, "brokerRole": "SYNC_MASTER",
                                               "inSyncReplicas": "2", "defaultTopicQueueNums": "4"})
-    master, [slave] = brokers(cluster)
-    topic = topic_name()
+    topic = new_topic()
     rng = random.Random(20261122)
     acked: dict[tuple[int, int], tuple[str, bytes, str]] = {}  # (queue, offset) -> (id, body, n)
     failures: list[ClientError] = []  # the requests the dead master did not answer
@@ -470,8 +416,9 @@ def test_every_acknowledged_message_is_on_the_slave_after_the_master_is_killed(s
                     assert key not in acked, f"{key} acknowledged twice"
                     acked[key] = (result.message_id, message.body, message.properties["n"])
 
-    with Blocking(AdminClient, cluster["access_point"], timeout_s=5.0) as admin:
-        wait_in_sync(admin, master, [1])
+    with closing(ReplicaGroup(cluster)) as group:
+        group.wait_in_sync()
+    master, slave = group.master, group.slave
     with Blocking(Producer, cluster["access_point"], timeout_s=5.0, batch_messages=64) as producer:
         sender = threading.Thread(target=send_until_broken, args=(producer,))
         sender.start()

@@ -18,8 +18,7 @@ from harness import async_check_for
 from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.core.put_status import PutStatus
-from quorumq.core.replication_frames import (NEED_DATA, Ack, Data, Handshake, ReplicationConnection, Role,
-                                             encode_frame)
+from quorumq.core.replication_frames import NEED_DATA, Ack, Data, Handshake, ReplicationConnection, Role, encode_frame
 from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import MessageIn, MessageStore
 
@@ -69,14 +68,14 @@ def queues(store: MessageStore) -> dict:
 def new_master(store, port=0, **options) -> ReplicationMaster:
     options.setdefault("heartbeat_interval_s", 0.2)
     options.setdefault("housekeeping_interval_s", 2.0)
-    return ReplicationMaster(store, cluster_name=CLUSTER, broker_name=BROKER, port=port,
+    return ReplicationMaster(store, clock=Clock(), cluster_name=CLUSTER, broker_name=BROKER, port=port,
                              transfer_batch_bytes=4096, **options)
 
 
 def new_slave(store, port, broker_id=1, **options) -> ReplicationSlave:
     options.setdefault("heartbeat_interval_s", 0.2)
     options.setdefault("housekeeping_interval_s", 2.0)
-    return ReplicationSlave(store, master_host="127.0.0.1", master_port=port, broker_id=broker_id,
+    return ReplicationSlave(store, clock=Clock(), master_host="127.0.0.1", master_port=port, broker_id=broker_id,
                             cluster_name=CLUSTER, broker_name=BROKER, backoff_min_s=0.02, backoff_max_s=0.2,
                             **options)
 
@@ -353,7 +352,7 @@ async def test_heartbeats_keep_an_idle_connection_and_a_silent_slave_is_dropped(
     try:
         end = append(master_store, master, messages(random.Random(12), 0, 3))
         await caught_up(master_store, slave_store)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # idle past three housekeeping intervals: that heartbeats keep it up is tested
         assert slave.sessions == 1 and slave.failures == 0 and slave.connected
         assert slave.master_max_offset == end and slave.master_confirm_offset == end
 

@@ -17,8 +17,15 @@ from quorumq.core.replicator import TopicShape
 from quorumq.replicator import jobs
 from quorumq.replicator.app import spark_session
 from quorumq.replicator.jobs import Settings
-from replicator_support import (DEAD_LETTER_TOPIC, new_topic, produce, queue_ends, queue_messages,
-                                source_offsets, worker_environment)
+from replicator_support import (
+    DEAD_LETTER_TOPIC,
+    new_topic,
+    produce,
+    queue_ends,
+    queue_messages,
+    source_offsets,
+    worker_environment,
+)
 
 WAIT_S = 90.0
 

@@ -14,8 +14,8 @@ import pytest
 
 from harness import Driver, check_for, create_topic, free_base_port, metric, scrape
 from quorumq.cli.main import build_parser, main
-from quorumq.cli.replicator import main_spark_submit
 from quorumq.core.replicator import decode_offsets
+from quorumq.replicator.app import main as main_spark_submit
 from replicator_support import new_topic, produce, queue_ends, queue_messages, source_offsets
 
 QUEUES, PER_QUEUE, BATCH = 4, 3000, 2000

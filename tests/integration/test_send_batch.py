@@ -1,6 +1,7 @@
 """MessageWriter.SendBatch on a real broker from `quorumq up`: records quorumq's producer encodes
-itself are stored with consecutive queue offsets, and a request breaking a rule gets a status naming
-it (never a gRPC abort) while the broker stores nothing of it and keeps serving."""
+itself are stored with consecutive queue offsets, and a request breaking a rule fails with the
+catalogue code of that rule (cluster.proto's error convention) while the broker stores nothing of it
+and keeps serving."""
 
 import asyncio
 import os
@@ -10,12 +11,13 @@ import uuid
 import grpc
 import pytest
 
-from harness import SMALL_MESSAGE_SIZE, start_process, stop_process, wait_registered
+from harness import SMALL_MESSAGE_SIZE, async_check_for, start_process, stop_process, wait_registered
 from quorumq.client import Message, Producer, PullConsumer
+from quorumq.client import producer as producer_module
+from quorumq.client.errors import ClientError
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core import codec
-
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +114,7 @@ async def test_the_producer_sends_records_that_read_back_in_order(small_message_
     ("count too large", "BATCH_TOO_LARGE"),
     ("request id too long", "ILLEGAL_MESSAGE_ID"),
 ])
-def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, case, status):
+def test_a_bad_request_fails_with_the_code_of_the_rule_and_stores_nothing(writer, case, status):
     topic = new_topic()
     queue_id, count, data = 0, 2, records(topic, 0, b"one", b"two")
     if case == "illegal topic":
@@ -135,8 +137,10 @@ def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, 
         count = 100_000
     request = pb.SendBatchRequest(topic=topic, queue_id=queue_id, records=data, count=count,
                                   request_id="r" * (1000 if case == "request id too long" else 8))
-    refused = writer.SendBatch(request, timeout=10)
-    assert (refused.status, refused.count, refused.first_queue_offset) == (status, 0, 0), refused
+    with pytest.raises(grpc.RpcError) as failed:
+        writer.SendBatch(request, timeout=10)
+    refused = ClientError.from_rpc(failed.value)
+    assert refused.error is not None and refused.name == status, refused
     assert refused.detail
     if case in ("body too large", "flipped byte", "wrong queue in a record"):
         assert refused.detail.startswith("record 1 of the batch"), refused.detail
@@ -145,7 +149,8 @@ def test_a_bad_request_gets_a_status_naming_the_rule_and_stores_nothing(writer, 
         assert (after.status, after.first_queue_offset) == ("SEND_OK", 0), "the refused records took no offset"
 
 
-async def test_a_request_that_got_no_answer_is_sent_again_counted_and_stored_once(small_message_cluster):
+async def test_a_request_that_got_no_answer_is_sent_again_counted_and_stored_once(small_message_cluster,
+                                                                                    monkeypatch):
     """The broker is stopped while the producer's request waits, so it times out and is sent again
     with the same request id: the result counts two attempts (a resend to another master after a
     failover could store it twice), and the broker, continued, stores it once."""
@@ -153,10 +158,19 @@ async def test_a_request_that_got_no_answer_is_sent_again_counted_and_stored_onc
     broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
     async with Producer(access_point, timeout_s=0.5) as producer:
         [warm] = await producer.send_batch(topic, [Message(b"route")], queue_id=0)
+        calls = []  # every RPC the producer makes from here on, in the order it starts them
+
+        async def counted(method, *args, **kwargs):
+            calls.append(method)
+            return await real_call(method, *args, **kwargs)
+
+        real_call = producer_module.call
+        monkeypatch.setattr(producer_module, "call", counted)
         os.kill(broker["pid"], signal.SIGSTOP)
         try:
             sending = asyncio.create_task(producer.send_batch(topic, [Message(b"twice?")], queue_id=0))
-            await asyncio.sleep(0.8)  # the first request has timed out; the second waits too
+            # The first request timed out and the second is on its way to the stopped broker.
+            await async_check_for(10, 0.01, lambda: len(calls) == 2, "the request sent again")
         finally:
             os.kill(broker["pid"], signal.SIGCONT)
         [result] = await sending

@@ -8,14 +8,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from harness import check_for, free_base_port
+from harness import check_for, free_base_port, process_state
 from quorumq.controller.zookeeper import LocalZooKeeper, min_session_timeout_ms
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,14 +42,6 @@ EPHEMERAL_OWNER = textwrap.dedent("""
     print(negotiated[-1], flush=True)
     time.sleep(600)
 """)
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter in /proc/PID/stat (R, S, T for stopped, Z...), None if there is no such process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
 
 
 @pytest.fixture(scope="module")

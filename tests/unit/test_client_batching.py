@@ -1,11 +1,11 @@
-"""The client's pure parts: splitting batches, message ids, reading names out of server messages."""
+"""The client's pure parts: splitting batches, message ids, naming a v5 status's error."""
 
 import re
 
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq import limits
-from quorumq.client.errors import ClientError, split_name
+from quorumq.client.errors import ClientError
 from quorumq.client.producer import MESSAGE_OVERHEAD_BYTES, Message, batches, new_message_id
 
 
@@ -36,12 +36,6 @@ def test_message_ids_are_32_upper_hex_and_unique():
 
 def test_a_bare_key_is_one_key():
     assert Message(b"x", keys="order-1").keys == ("order-1",)
-
-
-def test_split_name_reads_the_catalogue_name():
-    assert split_name("TOPIC_NOT_FOUND: no topic x", "NOT_FOUND") == ("TOPIC_NOT_FOUND", "no topic x")
-    assert split_name("SEND_OK", "OK") == ("SEND_OK", "")
-    assert split_name("something broke", "INTERNAL_ERROR") == ("INTERNAL_ERROR", "something broke")
 
 
 def test_client_error_falls_back_to_the_v5_code_name():

@@ -14,8 +14,10 @@ from harness import free_base_port
 from quorumq.client import AdminClient, ClientError, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.store import StoredMessage
 from quorumq.core import codec
+from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.wire_errors import abort
+from quorumq.store import StoredMessage
 
 OK = v5.Status(code=v5.Code.OK, message="OK")
 
@@ -170,7 +172,7 @@ async def test_an_unknown_queue_is_a_client_error(broker):
 
 class ScriptedNameServer(pb_grpc.NameServerServicer):
     async def GetRoute(self, request, context):
-        await context.abort(grpc.StatusCode.NOT_FOUND, f"TOPIC_NOT_FOUND: no route for topic {request.topic}")
+        await abort(context, QuorumqError(Error.TOPIC_NOT_FOUND, f"no route for topic {request.topic}"))
 
 
 async def test_admin_errors_carry_the_catalogue_name():

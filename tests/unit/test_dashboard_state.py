@@ -1,12 +1,13 @@
 import json
 import time
 
+from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.dashboard.server import Dashboard, _group, _replica, _replicator
 
 
 def test_rates_are_the_counters_change_since_the_previous_state():
-    dashboard = Dashboard("127.0.0.1:1", [], None)
+    dashboard = Dashboard("127.0.0.1:1", [], None, Clock())
     dashboard._last = (time.monotonic() - 2.0, {("in", "T", ""): 10, ("out", "T", "G"): 4})
     shown = dashboard._topics_and_groups({("in", "T", ""): 30, ("out", "T", "G"): 8, ("lag", "T", "G"): 22})
     [topic] = shown["topics"]

@@ -7,11 +7,11 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq import limits
 from quorumq.broker.consumers import encode_handle
-from quorumq.core import properties
+from quorumq.core import codec, properties
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol import v5 as v5_protocol
 from quorumq.store import StoredMessage
-from quorumq.core import codec
 
 
 def message(**system):
@@ -61,11 +61,11 @@ def test_message_types_not_built_yet_are_refused(kind):
 
 
 def test_names():
-    assert messages.topic_name(v5.Resource(name="a%b|c_d-1")) == "a%b|c_d-1"
-    assert messages.topic_name(v5.Resource(resource_namespace="ns", name="T")) == "ns%T"
+    assert v5_protocol.topic_name(v5.Resource(name="a%b|c_d-1")) == "a%b|c_d-1"
+    assert v5_protocol.topic_name(v5.Resource(resource_namespace="ns", name="T")) == "ns%T"
     for bad in ("", "a b", "x" * (limits.NAME_LENGTH_MAX + 1), "é"):
         with pytest.raises(QuorumqError) as caught:
-            messages.topic_name(v5.Resource(name=bad))
+            v5_protocol.topic_name(v5.Resource(name=bad))
         assert caught.value.error is Error.ILLEGAL_TOPIC
 
 

@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from quorumq import limits
 from quorumq.broker.metrics import BrokerCounters
+from quorumq.clock import Clock
 from quorumq.core.replicator import QueueKey, encode_offsets
 from quorumq.metrics import BoundedLabels, Families, Histogram
 from quorumq.replicator.jobs import Settings
@@ -14,7 +15,7 @@ from quorumq.store import AppendResult
 
 
 def test_label_values_past_the_bound_are_summed_under_the_overflow_label():
-    counters = BrokerCounters()
+    counters = BrokerCounters(Clock())
     counters.topic_label = BoundedLabels(2)
     for topic in ("A", "B", "C", "D", "A"):
         counters.stored({topic: 1}, AppendResult([(0, 0)], 100))
@@ -24,7 +25,7 @@ def test_label_values_past_the_bound_are_summed_under_the_overflow_label():
 
 
 def test_a_batch_is_counted_per_topic_at_its_average_size():
-    counters = BrokerCounters()
+    counters = BrokerCounters(Clock())
     counters.stored({"A": 3, "B": 1}, AppendResult([(1000, 0)] * 4, 1400))
     assert counters.messages_in == {"A": 3, "B": 1} and counters.bytes_in == {"A": 300, "B": 100}
     assert counters.sizes["A"].counts[0] == 3 and counters.sizes["A"].total == 300

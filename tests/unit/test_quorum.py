@@ -13,8 +13,19 @@ import pytest
 
 from quorumq import limits
 from quorumq.core.put_status import PutStatus
-from quorumq.core.quorum import (ALL_ACK, AckPlan, AckRejected, AckTracker, BrokerRole, QuorumSettings,
-                                 alive_replicas_in_group, calc_need_ack, final_status, is_in_sync, plan_put)
+from quorumq.core.quorum import (
+    ALL_ACK,
+    AckPlan,
+    AckRejected,
+    AckTracker,
+    BrokerRole,
+    QuorumSettings,
+    alive_replicas_in_group,
+    calc_need_ack,
+    final_status,
+    is_in_sync,
+    plan_put,
+)
 from quorumq.errors import Error, QuorumqError
 
 OK = PutStatus.PUT_OK

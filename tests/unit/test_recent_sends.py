@@ -1,10 +1,10 @@
 """The ids of recently stored messages that turn a client's retry into the first copy's outcome."""
 
 import pytest
+from test_store_support import message, open_store
 
 from quorumq.core.properties import MESSAGE_ID
 from quorumq.core.recent_sends import RecentSends, StoredCopy, window_start
-from test_store_support import message, open_store
 
 
 def test_remembers_the_newest_ids_up_to_its_capacity():

@@ -1,7 +1,7 @@
 """The name server's route table: routes per topic, auto-create routes, member groups, expiry."""
 
 from quorumq.cluster import cluster_pb2 as pb
-from quorumq.namesrv.registry import RouteRegistry
+from quorumq.protocol.routes import RouteRegistry
 
 
 def registration(name, broker_id=0, topics=(), auto_create=True, address=None):

@@ -13,10 +13,24 @@ import zlib
 import pytest
 
 from quorumq import limits
-from quorumq.core.replication_frames import (MAGIC, NEED_DATA, TRANSITIONS, Ack, ConnectionClosed, Data,
-                                             Direction, FrameType, Handshake, Heartbeat, LocalProtocolError,
-                                             RemoteProtocolError, ReplicationConnection, Role, State,
-                                             encode_frame)
+from quorumq.core.replication_frames import (
+    MAGIC,
+    NEED_DATA,
+    TRANSITIONS,
+    Ack,
+    ConnectionClosed,
+    Data,
+    Direction,
+    FrameType,
+    Handshake,
+    Heartbeat,
+    LocalProtocolError,
+    RemoteProtocolError,
+    ReplicationConnection,
+    Role,
+    State,
+    encode_frame,
+)
 
 SEED = 20260301
 HANDSHAKE = Handshake(2, "DefaultCluster", "broker-a", 1000, 3, False)

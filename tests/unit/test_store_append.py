@@ -3,13 +3,12 @@
 import os
 
 import pytest
-from test_store_support import (SEGMENT_BYTES, ManualClock, message, open_store, queue_bodies, queue_files,
-                                segment_files)
+from test_store_support import SEGMENT_BYTES, ManualClock, message, open_store, queue_bodies, queue_files, segment_files
 
-from quorumq.errors import Error, QuorumqError
-from quorumq.store import GetStatus, MessageIn, MessageStore
 from quorumq.core import codec
 from quorumq.core.codec import Frame, check_frame
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import GetStatus, MessageIn, MessageStore
 
 
 def test_append_assigns_offsets_and_reads_back(tmp_path):
@@ -113,23 +112,23 @@ def test_get_statuses(tmp_path):
     store.close()
 
 
-def test_reads_end_where_the_store_is_told_records_are_readable(tmp_path):
+def test_reads_end_where_the_caller_says_records_are_readable(tmp_path):
     """Controller mode bounds reads by what every SyncStateSet member holds: a record past the
     bound is stored but read as not there yet, on every queue and from any offset."""
     store = open_store(tmp_path / "s")
     appended = store.append([message(0), message(1, queue_id=1), message(2), message(3)])
     bound = appended.offsets[2][0]  # where message 2 starts: messages 0 and 1 are readable
-    store.readable_end = lambda: bound
-    result = store.get_messages("T", 0, 0, 10, 1 << 20)
+    result = store.get_messages("T", 0, 0, 10, 1 << 20, readable_end=bound)
     assert [m.body for m in result.messages] == [message(0).body]
     assert (result.next_offset, result.max_offset) == (1, 3), "the stored end is still reported"
     for offset in (1, 2):  # at the bound, or past it inside what is stored
-        waiting = store.get_messages("T", 0, offset, 10, 1 << 20)
+        waiting = store.get_messages("T", 0, offset, 10, 1 << 20, readable_end=bound)
         assert (waiting.status, waiting.messages, waiting.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, [], offset)
-    assert [m.body for m in store.get_messages("T", 1, 0, 10, 1 << 20).messages] == [message(1).body]
-    store.readable_end = lambda: appended.end_offset
-    assert [m.body for m in store.get_messages("T", 0, 1, 10, 1 << 20).messages] == \
-        [message(2).body, message(3).body]
+    assert [m.body for m in store.get_messages("T", 1, 0, 10, 1 << 20, readable_end=bound).messages] == \
+        [message(1).body]
+    assert store.get_records("T", 0, 1, 10, 1 << 20, readable_end=bound).messages == []
+    readable = store.get_messages("T", 0, 1, 10, 1 << 20, readable_end=appended.end_offset)
+    assert [m.body for m in readable.messages] == [message(2).body, message(3).body]
     store.close()
 
 

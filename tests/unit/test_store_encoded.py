@@ -8,10 +8,10 @@ from test_store_support import SEGMENT_BYTES, ManualClock, open_store, queue_fil
 
 from quorumq import limits
 from quorumq.client.producer import Message, RecordEncoder, _encoded_properties
+from quorumq.core import codec
 from quorumq.endpoint import messages as v5_messages
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import GetStatus
-from quorumq.core import codec
 
 BORN_MS = 1_600_000_000_000
 BORN_HOST = "10.0.0.9"

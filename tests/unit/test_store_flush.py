@@ -5,8 +5,9 @@ import asyncio
 import json
 import threading
 
-from test_store_support import STORE_HOST, SEGMENT_BYTES, ManualClock, message, open_store
+from test_store_support import SEGMENT_BYTES, STORE_HOST, ManualClock, message, open_store
 
+from harness import async_check_for
 from quorumq.store import Flusher, MessageStore
 from quorumq.store.message_store import FSYNC_LOG_NAME, FSYNC_LOG_VARIABLE
 
@@ -67,9 +68,9 @@ async def test_async_flush_syncs_on_its_timer_and_writes_checkpoints(tmp_path):
     end = store.append([message(i) for i in range(10)]).end_offset
     assert store.flushed_offset < end
     assert await flusher.wait_flushed(end, 2.0)
-    await asyncio.sleep(0.2)
-    checkpoint = json.loads((store.root / "checkpoint").read_text())
-    assert checkpoint == {"flushed_offset": end, "dispatched_offset": end}
+    expected = {"flushed_offset": end, "dispatched_offset": end}
+    await async_check_for(5.0, 0.01, lambda: json.loads((store.root / "checkpoint").read_text()) == expected,
+                          "the timer's checkpoint")
     await flusher.stop()
     store.close()
 
@@ -80,7 +81,8 @@ async def test_stop_answers_every_waiter(tmp_path):
     flusher.start()
     end = store.append([message(0)]).end_offset
     waiter = asyncio.create_task(flusher.wait_flushed(end, 30.0))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop, not a wait: the task runs until it waits
+    assert not waiter.done(), "the waiter waits for the flush"
     await flusher.stop()  # the final flush covers it
     assert await waiter
     store.close()

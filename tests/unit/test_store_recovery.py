@@ -6,13 +6,12 @@ import os
 import random
 
 import pytest
-from test_store_support import (SEGMENT_BYTES, crash_copy, message, new_store, open_store, queue_files,
-                                segment_files)
+from test_store_support import SEGMENT_BYTES, crash_copy, message, new_store, open_store, queue_files, segment_files
 
-from quorumq.errors import Error, QuorumqError
-from quorumq.store import Damage, classify_damage
 from quorumq.core import codec
 from quorumq.core.codec import Frame
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import Damage, classify_damage
 from quorumq.store.consume_queue import ENTRY_SIZE
 
 TOPICS = ("A", "B")

@@ -5,8 +5,8 @@ import random
 import pytest
 from test_store_support import SEGMENT_BYTES, message, open_store, queue_bodies, queue_files, segment_files
 
-from quorumq.errors import Error, QuorumqError
 from quorumq.core import codec
+from quorumq.errors import Error, QuorumqError
 
 
 def fill_master(store, seed: int) -> None:

@@ -1,7 +1,6 @@
 """Retention: the pure deletion rule, then deleting by age and by force on real files."""
 
-from test_store_support import (SEGMENT_BYTES, ManualClock, message, open_store, queue_bodies, queue_files,
-                                segment_files)
+from test_store_support import SEGMENT_BYTES, ManualClock, message, open_store, queue_bodies, queue_files, segment_files
 
 from quorumq import limits
 from quorumq.store import GetStatus, segments_to_delete

@@ -4,7 +4,7 @@ client can dial (the Node.js client joins several into a target its gRPC library
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq.cluster import cluster_pb2 as pb
-from quorumq.endpoint.v5 import route_response
+from quorumq.protocol.v5 import route_response
 
 TOPIC = v5.Resource(name="T")
 

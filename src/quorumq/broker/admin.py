@@ -8,16 +8,17 @@ from typing import Awaitable, Callable
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.message_rules import check_name
 from quorumq.core.quorum import BrokerRole
-from quorumq.endpoint.messages import check_name
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.wire_errors import abort
 from quorumq.store import TopicConfig
 
 log = logging.getLogger("quorumq.admin")
 
 
 def aborts_on_error(handler):
-    """A catalogue error becomes the gRPC status of its entry, its details starting with the name."""
+    """A catalogue error ends the RPC the cluster protocol's way (protocol/wire_errors.py)."""
 
     @functools.wraps(handler)
     async def guarded(self, request, context):
@@ -25,7 +26,7 @@ def aborts_on_error(handler):
             result = handler(self, request)
             return await result if inspect.isawaitable(result) else result
         except QuorumqError as exc:
-            await context.abort(exc.error.value.grpc_status, str(exc))
+            await abort(context, exc)
 
     return guarded
 

@@ -10,6 +10,7 @@ from then on, persisted with the others.
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from quorumq.core import properties
 from quorumq.core.group_start import starts_at_zero
 from quorumq.core.leases import QueueLeases
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import ConsumerOffsets, GetResult, GetStatus, MessageStore, StoredMessage, tag_hash
+from quorumq.store import ConsumerOffsets, GetResult, GetStatus, Store, StoredMessage, tag_hash
 from quorumq.store.atomic_file import write_atomically
 
 QueueKey = tuple[str, str, int]  # group, topic, queue id
@@ -35,14 +36,15 @@ class Delivery:
     invisible_ms: int
 
 
-def read_messages(store: MessageStore, topic: str, queue_id: int, offset: int, max_count: int,
-                  tags: frozenset[str] | None, raw: bool = False) -> GetResult:
-    """An offset-addressed read; the consume queue filters by tag hash, this by the tag itself.
-    Raw records are not decoded here, so their reader re-checks the tag (a hash may collide)."""
+def read_messages(store: Store, topic: str, queue_id: int, offset: int, max_count: int,
+                  tags: frozenset[str] | None, readable_end: int | None, raw: bool = False) -> GetResult:
+    """An offset-addressed read, up to `readable_end` (Broker.readable_end); the consume queue
+    filters by tag hash, this by the tag itself. Raw records are not decoded here, so their reader
+    re-checks the tag (a hash may collide)."""
     hashes = None if tags is None else frozenset(tag_hash(tag) for tag in tags)
     if raw:
-        return store.get_records(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes)
-    result = store.get_messages(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes)
+        return store.get_records(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes, readable_end)
+    result = store.get_messages(topic, queue_id, offset, max_count, limits.PULL_BYTES_MAX, hashes, readable_end)
     if tags is not None:
         result.messages = [message for message in result.messages if message.properties.get(properties.TAGS) in tags]
     return result
@@ -61,8 +63,10 @@ def decode_handle(handle: str) -> tuple[int, int, int]:
 
 
 class ConsumerGroups:
-    def __init__(self, store: MessageStore, root: Path, clock: Clock, config: Config) -> None:
+    def __init__(self, store: Store, root: Path, clock: Clock, config: Config,
+                 readable_end: Callable[[], int | None]) -> None:
         self.store = store
+        self._readable_end = readable_end  # where consumers' reads end now (Broker.readable_end)
         self.clock = clock
         self.config = config
         self.offsets = ConsumerOffsets(root)
@@ -131,10 +135,11 @@ class ConsumerGroups:
             room = min(batch - len(deliveries), limits.INFLIGHT_PER_QUEUE_MAX - len(leases.leases))
             if room <= 0:
                 continue
-            result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags)
+            readable_end = self._readable_end()
+            result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags, readable_end)
             if result.status is GetStatus.OFFSET_TOO_SMALL:
                 leases.skip_to(result.min_offset)
-                result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags)
+                result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags, readable_end)
             for message in result.messages:
                 token = self._tokens.getrandbits(63)
                 leases.deliver(message.queue_offset, token, now, invisible_ms)
@@ -144,7 +149,8 @@ class ConsumerGroups:
         return deliveries
 
     def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX, None)
+        result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX, None,
+                                         self._readable_end())
         return result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
 
     def ack(self, group: str, topic: str, handle: str) -> None:

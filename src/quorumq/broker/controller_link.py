@@ -24,7 +24,6 @@ import asyncio
 import json
 import logging
 import random
-import time
 from pathlib import Path
 
 import grpc
@@ -37,6 +36,7 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.controller_state import Code
 from quorumq.core.epochs import EpochCache
 from quorumq.core.quorum import BrokerRole
+from quorumq.core.role import HandOverBegins, HandOverEnds, Registered
 from quorumq.core.sync_state import expanded, shrunk
 from quorumq.store.atomic_file import write_atomically
 
@@ -69,7 +69,7 @@ class ControllerLink:
 
     async def run(self) -> None:
         """Register, then keep the broker's role in step with the controller."""
-        self.broker.controller_id = await self._retry(self._broker_id)
+        self.broker.change_role(Registered(await self._retry(self._broker_id)))
         await self._retry(self._register)
         await asyncio.gather(self._heartbeats(), self._poll(), self._keep_sync_state_set())
 
@@ -112,7 +112,7 @@ class ControllerLink:
             pending = json.loads(self._identity_temp.read_text())
         else:
             reply = await self.client.call("GetNextBrokerId", pb.BrokerSetRequest(**self._names))
-            pending = {"brokerId": reply.broker_id, "checkCode": f"{self.broker.address};{time.time_ns() // 1_000_000}"}
+            pending = {"brokerId": reply.broker_id, "checkCode": f"{self.broker.address};{self.broker.clock.now_ms()}"}
             write_atomically(self._identity_temp, json.dumps(pending).encode())
         reply = await self.client.call("ApplyBrokerId", pb.ApplyBrokerIdRequest(
             **self._names, broker_id=pending["brokerId"], check_code=pending["checkCode"], address=self.broker.address))
@@ -317,7 +317,7 @@ class ControllerLink:
     async def _keep_sync_state_set(self) -> None:
         """Expand as slaves catch up (checked often), shrink every checkSyncStateSetPeriod and at
         once when a slave's connection ends."""
-        last_shrink_s = time.monotonic()
+        last_shrink_s = self.broker.clock.monotonic()
         while True:
             try:
                 await asyncio.wait_for(self.broker.slave_lost.wait(), SYNC_STATE_POLL_S)
@@ -325,7 +325,7 @@ class ControllerLink:
                 pass
             lost = self.broker.slave_lost.is_set()
             self.broker.slave_lost.clear()
-            now_s = time.monotonic()
+            now_s = self.broker.clock.monotonic()
             shrink = lost or now_s - last_shrink_s >= self.config["checkSyncStateSetPeriod"] / 1000
             if shrink:
                 last_shrink_s = now_s
@@ -389,7 +389,8 @@ class ControllerLink:
         and, when the answer is lost, until replica info asked for afterwards settles it."""
         broker = self.broker
         async with self._reporting:
-            if broker.sync_state is None or broker.role is BrokerRole.SLAVE or time.monotonic() < self._report_after_s:
+            if (broker.sync_state is None or broker.role is BrokerRole.SLAVE
+                    or broker.clock.monotonic() < self._report_after_s):
                 return
             broker.propose_sync_state_set(proposal)
             try:
@@ -401,7 +402,7 @@ class ControllerLink:
                 # acknowledged without a broker it may elect.
                 log.warning("reporting SyncStateSet %s got no answer (%s): sends wait for both sets until "
                             "the controller says which it holds", sorted(proposal), error)
-                self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
+                self._report_after_s = broker.clock.monotonic() + RETRY_INTERVAL_S
                 return  # the proposal stays pending: the next round settles it
             if reply.code == Code.SUCCESS:
                 log.info("SyncStateSet %s (epoch %d)", sorted(reply.sync_state_set), reply.sync_state_set_epoch)
@@ -410,7 +411,7 @@ class ControllerLink:
                 log.warning("controller refused SyncStateSet %s: %s %s", sorted(proposal), Code(reply.code).name,
                             reply.message)
                 broker.drop_sync_state_proposal()
-                self._report_after_s = time.monotonic() + RETRY_INTERVAL_S
+                self._report_after_s = broker.clock.monotonic() + RETRY_INTERVAL_S
 
     async def _settle(self) -> None:
         """Ask which set the controller holds, after a proposal's answer was lost (until it
@@ -429,13 +430,15 @@ class ControllerLink:
         """Fence writes, wait until `target` holds every byte, ask for its election; resume when
         it does not catch up in time. Returns whether the role moved."""
         broker = self.broker
-        if broker.replication is None or broker.role is BrokerRole.SLAVE or broker.handing_over:
+        epoch = broker.master_epoch
+        if not broker.change_role(HandOverBegins(epoch)):  # not a master, or already handing over
             return False
-        broker.handing_over = True
         try:
-            deadline = time.monotonic() + self.config["preferredMasterHandOverTimeoutMillis"] / 1000
+            deadline = broker.clock.monotonic() + self.config["preferredMasterHandOverTimeoutMillis"] / 1000
             while not self._holds_everything(target):
-                if time.monotonic() >= deadline:
+                if not broker.handing_over:  # deposed, or elected again, meanwhile
+                    return False
+                if broker.clock.monotonic() >= deadline:
                     log.warning("preferred broker %d did not catch up in time; this master resumes", target)
                     return False
                 await asyncio.sleep(HAND_OVER_POLL_S)
@@ -458,7 +461,8 @@ class ControllerLink:
                 log.warning("handed the master role to preferred broker %d (epoch %d)", target, reply.master_epoch)
             return moved
         finally:
-            broker.handing_over = False
+            if broker.handing_over:  # else a role change ended the hand-over
+                broker.change_role(HandOverEnds(epoch))
 
     def _holds_everything(self, target: int) -> bool:
         broker = self.broker

@@ -5,21 +5,21 @@ The send and read paths call `stored`, `answered` and `read`: a few dict updates
 rest is read from the broker when Prometheus scrapes (`collect`)."""
 
 import asyncio
-import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq import limits
+from quorumq.clock import Clock
+from quorumq.core.codec import store_timestamp_of
 from quorumq.core.quorum import BrokerRole
 from quorumq.metrics import MESSAGE_SIZE_BUCKETS, BoundedLabels, Families, Histogram, RpcLatency
 from quorumq.store import AppendResult
-from quorumq.core.codec import store_timestamp_of
 
 
 class BrokerCounters:
-    def __init__(self) -> None:
-        self.rpc = RpcLatency()
+    def __init__(self, clock: Clock) -> None:
+        self.rpc = RpcLatency(clock)
         self.topic_label = BoundedLabels(limits.METRICS_TOPICS_MAX)
         self.group_topic_label = BoundedLabels(limits.METRICS_GROUP_TOPICS_MAX)
         self.messages_in: dict[str, int] = {}
@@ -75,16 +75,17 @@ class BrokerCounters:
 # Label values for what clients send: the v5 client types, the official clients' languages.
 _CLIENT_TYPES = {v5.ClientType.PRODUCER: "producer", v5.ClientType.PUSH_CONSUMER: "push",
                  v5.ClientType.SIMPLE_CONSUMER: "simple"}
+# Node.js 1.0.8 says HTTP.
 _LANGUAGES = {name: name.lower() for name in ("JAVA", "CPP", "DOTNET", "GOLANG", "RUST", "PYTHON", "PHP", "NODE_JS",
-                                              "RUBY", "OBJECTIVE_C", "DART", "KOTLIN", "HTTP")}  # Node.js 1.0.8 says HTTP
+                                              "RUBY", "OBJECTIVE_C", "DART", "KOTLIN", "HTTP")}
 
 
 async def sample_degraded(broker) -> None:
     """Add up the time a master's quorum is degraded, one sample a METRICS_SAMPLE_INTERVAL_S."""
-    last = time.monotonic()
+    last = broker.clock.monotonic()
     while True:
         await asyncio.sleep(limits.METRICS_SAMPLE_INTERVAL_S)
-        now = time.monotonic()
+        now = broker.clock.monotonic()
         if _degraded(broker):
             broker.metrics.degraded_s += now - last
         last = now
@@ -164,7 +165,8 @@ def _consumer_positions(broker) -> tuple[dict, dict, dict]:
         lag[key] = lag.get(key, 0) + behind
         lag_latency.setdefault(key, 0)
         if behind and key[0] != limits.METRICS_OVERFLOW_LABEL:
-            oldest = store.get_records(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX).messages
+            oldest = store.get_records(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX, None,
+                                       broker.readable_end()).messages
             stored_ms = store_timestamp_of(oldest[0]) if oldest else None
             if stored_ms is not None:
                 lag_latency[key] = max(lag_latency[key], now_ms - stored_ms)

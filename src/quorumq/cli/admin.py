@@ -16,9 +16,9 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
+from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.client.controller import ControllerClient, controller_addresses
 from quorumq.client.errors import FanOutError
-from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.controller_state import Code
 
@@ -290,7 +290,7 @@ async def update_controller_config(args: argparse.Namespace, controller: Control
             await controller.stub(address).UpdateControllerConfig(pb.ConfigUpdate(key=args.key, value=args.value),
                                                                   timeout=3.0)
         except grpc.aio.AioRpcError as exc:
-            raise ClientError(exc.details().split(":")[0] or exc.code().name, exc.details()) from None
+            raise ClientError.from_rpc(exc) from None
     return Output({"key": args.key, "value": args.value, "controllers": list(meta.controllers)},
                   "\n".join(f"updated {args.key}={args.value} on {a}" for a in meta.controllers))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from quorumq import __version__
 from quorumq.cli import admin, dashboard, replicator, up
+from quorumq.clock import Clock, ClockLogFormatter
 from quorumq.config import Config, Kind
 from quorumq.errors import QuorumqError
 
@@ -16,8 +17,9 @@ EXIT_FAILED = 1
 
 
 def serve(kind: Kind, config_path: Path) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ClockLogFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", Clock()))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
         config = Config.load(kind, config_path)
     except (QuorumqError, OSError) as error:
@@ -25,11 +27,11 @@ def serve(kind: Kind, config_path: Path) -> int:
         return EXIT_USAGE
     # Imported here so that admin commands do not load the servers (and the store) they never run.
     if kind is Kind.NAMESRV:
-        from quorumq.namesrv.server import main as server_main
+        from quorumq.process.namesrv import main as server_main
     elif kind is Kind.CONTROLLER:
-        from quorumq.controller.server import main as server_main
+        from quorumq.process.controller import main as server_main
     else:
-        from quorumq.broker.server import main as server_main
+        from quorumq.process.broker import main as server_main
     try:
         return server_main(config)
     except QuorumqError as error:  # one that ends the server, e.g. a taken port or a store in use: one line

@@ -7,63 +7,8 @@ while the replicator is the only writer of the standby's queues).
 """
 
 import argparse
-import sys
-from pathlib import Path
-from typing import Callable, TypeVar
 
-from quorumq import limits
-from quorumq.core.replicator import parse_checkpoint, parse_failure_policy
-from quorumq.errors import QuorumqError
-
-EXIT_USAGE = 2
-T = TypeVar("T")
-
-
-def topic_and_tags(text: str) -> tuple[str, str]:
-    """TOPIC or TOPIC:TAG_EXPRESSION (tags joined by ||); ':' is never part of a topic name."""
-    topic, _, tags = text.partition(":")
-    if not topic:
-        raise argparse.ArgumentTypeError(f"{text!r} is TOPIC or TOPIC:TAGS")
-    return topic, tags or "*"
-
-
-def catalogued(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """An argument type from a parser that raises catalogue errors: argparse prints the error's
-    name and detail and exits with EXIT_USAGE."""
-    def argument_type(text: str) -> T:
-        try:
-            return parse(text)
-        except QuorumqError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    return argument_type
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", required=True, help="access point (name server) of the primary cluster")
-    parser.add_argument("--target", required=True, help="access point (name server) of the standby cluster")
-    parser.add_argument("--topics", required=True, nargs="+", type=topic_and_tags, metavar="TOPIC[:TAGS]",
-                        help="topics to replicate, each with an optional tag filter such as Orders:paid||refunded")
-    parser.add_argument("--checkpoint", required=True, type=catalogued(lambda text: Path(parse_checkpoint(text))),
-                        help="the application's checkpoint directory (one subdirectory per job, status files "
-                             "beside them): a local or mounted path or a file:// URL; other URLs are refused")
-    parser.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
-    parser.add_argument("--on-failure", default="fail", type=catalogued(parse_failure_policy), metavar="fail|dismiss|module:function",
-                        help="what happens to records the standby refuses after bounded retries (default fail)")
-    parser.add_argument("--dedupe", action="store_true",
-                        help="skip what a replayed batch already wrote (read from the standby queue's tail)")
-    parser.add_argument("--starting", choices=("earliest", "latest"), default="latest",
-                        help="where a new checkpoint starts reading each queue (default latest)")
-    parser.add_argument("--groups", nargs="*", default=[],
-                        help="consumer groups whose offsets the checkpoint job translates to the standby")
-    parser.add_argument("--max-records-per-trigger", type=int, default=limits.REPLICATOR_MAX_RECORDS_PER_TRIGGER,
-                        help="messages one micro-batch reads at most, shared fairly by the queues")
-    parser.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval of replication")
-    parser.add_argument("--heartbeat-seconds", type=float, default=limits.REPLICATOR_HEARTBEAT_INTERVAL_S)
-    parser.add_argument("--checkpoint-seconds", type=float, default=limits.REPLICATOR_CHECKPOINT_INTERVAL_S)
-    parser.add_argument("--config-seconds", type=float, default=limits.REPLICATOR_CONFIG_INTERVAL_S)
-    parser.add_argument("--metrics", default="", metavar="HOST:PORT",
-                        help="serve the driver's Prometheus metrics at http://HOST:PORT/metrics (default off)")
+from quorumq.replicator.options import add_arguments
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -76,26 +21,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_records_per_trigger <= 0:
-        print("quorumq replicator: --max-records-per-trigger must be positive", file=sys.stderr)
-        return EXIT_USAGE
-    # Imported here: Spark is needed only by this command.
-    from quorumq.replicator.app import run as run_driver
-    from quorumq.replicator.jobs import Settings
+    from quorumq.replicator.app import (
+        run_with_options,  # imported here: Spark is needed only by this command
+    )
 
-    topics = dict(args.topics)
-    settings = Settings(
-        source=args.source, target=args.target, topics=tuple(topics), checkpoint=args.checkpoint,
-        tag_filters={topic: tags for topic, tags in topics.items() if tags != "*"}, on_failure=args.on_failure,
-        dedupe=args.dedupe, starting=args.starting, groups=tuple(args.groups),
-        max_records_per_trigger=args.max_records_per_trigger, trigger_s=args.trigger_seconds,
-        heartbeat_interval_s=args.heartbeat_seconds, checkpoint_interval_s=args.checkpoint_seconds,
-        config_interval_s=args.config_seconds)
-    return run_driver(settings, args.spark_master, args.metrics)
-
-
-def main_spark_submit(argv: list[str]) -> int:
-    """The same options as `quorumq replicator run`, for `spark-submit .../replicator/app.py ARGS`."""
-    parser = argparse.ArgumentParser(prog="replicator", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run_with_options(args)

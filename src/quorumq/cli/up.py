@@ -43,7 +43,7 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config, Kind
 from quorumq.controller.zookeeper import LocalZooKeeper
 from quorumq.errors import Error, QuorumqError
-from quorumq.namesrv.registry import MASTER_ID
+from quorumq.protocol.constants import MASTER_ID
 
 HOST = "127.0.0.1"
 BASE_PORT_DEFAULT = 20000

@@ -9,11 +9,11 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as rpc
 
 from quorumq import limits
-from quorumq.cluster import cluster_pb2 as pb
-from quorumq.core import properties as message_properties
-from quorumq.core import codec
 from quorumq.client.errors import ClientError, check
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core import codec
+from quorumq.core import properties as message_properties
 
 # Pull statuses, by RocketMQ's PullStatus names.
 FOUND = pb.PullStatus.Name(pb.FOUND)

@@ -1,22 +1,13 @@
-"""Errors a quorumq client raises, named by the server's catalogue name when it sent one."""
-
-import re
+"""Errors a quorumq client raises, named by the server's catalogue entry when it sent one."""
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
-# Server messages start with a catalogue or RocketMQ status name, e.g. "TOPIC_NOT_FOUND: no topic x",
-# or are only the name, e.g. "SEND_OK".
-_NAMED = re.compile(r"([A-Z][A-Z0-9_]*)(?:: ?(.*))?", re.DOTALL)
+from quorumq.errors import Error
+from quorumq.protocol.wire_errors import sent_error
 
 # Transport failures after which the client asks for a fresh route and tries again.
 _UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-def split_name(message: str, fallback: str) -> tuple[str, str]:
-    """(name, detail) of a server message, with `fallback` as the name when it carries none."""
-    match = _NAMED.fullmatch(message)
-    return (match.group(1), match.group(2) or "") if match else (fallback, message)
 
 
 def code_name(code: int) -> str:
@@ -27,15 +18,17 @@ def code_name(code: int) -> str:
 
 
 class ClientError(Exception):
-    """A request that failed; `name` is the catalogue name (or the v5 / gRPC code name)."""
+    """A request that failed; `name` is the catalogue name (or the v5 / gRPC code name), `error` the
+    catalogue entry when the server sent one on the cluster protocol."""
 
     def __init__(self, name: str, detail: str, code: int = 0,
-                 grpc_status: grpc.StatusCode | None = None) -> None:
+                 grpc_status: grpc.StatusCode | None = None, error: Error | None = None) -> None:
         super().__init__(f"{name}: {detail}")
         self.name = name
         self.detail = detail
         self.code = code  # the v5 Code, 0 when the failure was not a v5 status
         self.grpc_status = grpc_status
+        self.error = error
 
     @property
     def unreachable(self) -> bool:
@@ -43,14 +36,21 @@ class ClientError(Exception):
 
     @classmethod
     def from_status(cls, status: v5.Status) -> "ClientError":
-        name, detail = split_name(status.message, code_name(status.code))
-        return cls(name, detail, code=status.code)
+        """A v5 answer names its error by the v5 code only (several catalogue entries share one);
+        the message is text for people, shown without repeating that name."""
+        name = code_name(status.code)
+        return cls(name, status.message.removeprefix(f"{name}: "), code=status.code)
 
     @classmethod
-    def from_rpc(cls, error: grpc.RpcError) -> "ClientError":
-        status = error.code()
-        name, detail = split_name(error.details() or "", status.name)
-        return cls(name, detail, grpc_status=status)
+    def from_rpc(cls, failure: grpc.RpcError) -> "ClientError":
+        """A failed cluster RPC: the catalogue entry by the code of the Error it carries, else the
+        gRPC status (a transport failure, or an entry newer than this client)."""
+        status = failure.code()
+        sent = sent_error(failure.trailing_metadata())
+        error = Error.from_code(sent.code) if sent is not None else None
+        if error is not None and sent is not None:
+            return cls(error.name, sent.detail, grpc_status=status, error=error)
+        return cls(status.name, failure.details() or "", grpc_status=status)
 
 
 def check(status: v5.Status, *accepted: int) -> None:
@@ -68,5 +68,5 @@ class FanOutError(ClientError):
         first = next(iter(failed.values()))
         super().__init__(first.name, f"not applied on {len(failed)} of {len(outcomes)} brokers: "
                          + "; ".join(f"{address}: {error}" for address, error in failed.items()), code=first.code,
-                         grpc_status=first.grpc_status)
+                         grpc_status=first.grpc_status, error=first.error)
         self.outcomes = outcomes

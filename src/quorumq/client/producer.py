@@ -19,9 +19,9 @@ from quorumq import limits
 from quorumq.client.errors import ClientError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call, local_host
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core import codec
 from quorumq.core.message_rules import check_body, stored_properties
 from quorumq.errors import Error, QuorumqError
-from quorumq.core import codec
 
 SEND_OK = "SEND_OK"
 # Framing and system properties of one message, counted against BATCH_BYTES_MAX with its body.
@@ -204,11 +204,14 @@ class Producer:
                     response = await call(self._channels.writer(queue.address).SendBatch, request,
                                           self._timeout_s, self._channels.metadata)
             except ClientError as error:
-                attempts += 1
-                if not error.unreachable or attempts == SEND_ATTEMPTS_MAX:
-                    raise
-                self._routes.forget(topic)  # the broker may have moved or failed over
-                continue
+                if error.error is not None:  # the broker refused the whole request and stored none of it
+                    response = pb.SendBatchResponse(status=error.name, detail=error.detail)
+                else:  # no answer
+                    attempts += 1
+                    if not error.unreachable or attempts == SEND_ATTEMPTS_MAX:
+                        raise
+                    self._routes.forget(topic)  # the broker may have moved or failed over
+                    continue
             _record(response, queue, accepted, ids, results, attempts + 1)
             if response.status == _NOT_MASTER:
                 self._routes.forget(topic)

@@ -14,8 +14,8 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
 
 from quorumq import heap, limits
-from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.client.errors import ClientError, check
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 
 # A route is asked again after this long even without failures, as the official client does.
 ROUTE_TTL_S = 30.0

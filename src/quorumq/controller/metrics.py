@@ -3,9 +3,9 @@
 quorumq_ ones for the causes of elections and the preferred master's hand-back
 (docs/observability.md)."""
 
-import time
 from collections.abc import Iterable
 
+from quorumq.clock import Clock
 from quorumq.core import controller_state as cs
 from quorumq.metrics import Families, Histogram
 
@@ -14,7 +14,8 @@ HANDBACK_BUCKETS_S = (0.5, 1, 2, 5, 10, 30, 60)
 
 
 class ControllerCounters:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.requests: dict[tuple[str, str], Histogram] = {}  # (request type, status) -> latency
         self.elections: dict[tuple[str, str, str], int] = {}  # (cluster, broker set, result)
         self.elected: dict[tuple[str, str], int] = {}  # (broker set, cause) -> masters elected
@@ -27,7 +28,7 @@ class ControllerCounters:
         histogram = self.requests.get(key)
         if histogram is None:
             histogram = self.requests[key] = Histogram(REQUEST_LATENCY_BUCKETS_US)
-        histogram.observe((time.monotonic() - started_s) * 1e6)
+        histogram.observe((self.clock.monotonic() - started_s) * 1e6)
 
     def election(self, before: cs.BrokerSet | None, request: cs.ElectMaster, reply_code: int,
                  events: tuple) -> None:
@@ -41,7 +42,7 @@ class ControllerCounters:
             asked = self.handback_asked_s.pop(request.name, None)
             if request.trigger is cs.Trigger.ADMIN and asked is not None:
                 histogram = self.handbacks.setdefault(request.name, Histogram(HANDBACK_BUCKETS_S))
-                histogram.observe(time.monotonic() - asked)
+                histogram.observe(self.clock.monotonic() - asked)
         elif reply_code == cs.Code.CONTROLLER_MASTER_STILL_EXIST:
             result = "keep_current_master"
         else:
@@ -50,7 +51,7 @@ class ControllerCounters:
         self.elections[key] = self.elections.get(key, 0) + 1
 
     def handback_asked(self, broker_set: str) -> None:
-        self.handback_asked_s.setdefault(broker_set, time.monotonic())
+        self.handback_asked_s.setdefault(broker_set, self.clock.monotonic())
 
 
 def collect(controller, now_ms: int) -> Iterable:

@@ -13,8 +13,8 @@ Hence the explicit log4j 1.2 binding, configured by DATA_DIR/log4j.properties to
 DATA_DIR/zookeeper.log; the JVM's own stdout and stderr are appended to the same file.
 
 Everything the server writes lives in DATA_DIR: zoo.cfg, log4j.properties, zookeeper.log and data/
-(snapshots and transaction logs, and myid for a node of an ensemble). It listens on 127.0.0.1:PORT only, without the AdminServer (no
-Jetty port) and with ZooKeeper's default four-letter-word whitelist (only `srvr`).
+(snapshots and transaction logs, and myid for a node of an ensemble). It listens on 127.0.0.1:PORT
+only, without the AdminServer (no Jetty port) and with ZooKeeper's default four-letter-word whitelist (only `srvr`).
 
 Session timeouts: the server grants a client's requested timeout clamped to 2..20 ticks, so with
 the default tickTime of 500 ms sessions last between 1 s and 10 s (kazoo: KazooClient(timeout=1.0)
@@ -34,6 +34,8 @@ from typing import Sequence
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+
+from quorumq.clock import Clock
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar")
@@ -94,11 +96,12 @@ class LocalZooKeeper:
     """
 
     def __init__(self, data_dir: Path, port: int, tick_time_ms: int = TICK_TIME_MS, heap_mb: int = HEAP_MB,
-                 ensemble: Sequence[tuple[int, int]] = (), my_id: int = 0) -> None:
+                 ensemble: Sequence[tuple[int, int]] = (), my_id: int = 0, clock: Clock | None = None) -> None:
         """ensemble: each node's (peer port, election port), the node with server id i at index
         i - 1, this one (`my_id`) among them; empty for a standalone server."""
         assert not ensemble or 1 <= my_id <= len(ensemble)
         self.data_dir = Path(data_dir).resolve()
+        self.clock = clock or Clock()
         self.port = port
         self.tick_time_ms = tick_time_ms
         self.heap_mb = heap_mb
@@ -211,7 +214,7 @@ class LocalZooKeeper:
 
         Raises RuntimeError if the server exits, TimeoutError if it is not ready in time.
         """
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while True:
             if self._process is None or self._process.poll() is not None:
                 code = None if self._process is None else self._process.returncode
@@ -219,10 +222,10 @@ class LocalZooKeeper:
                                    f"see {self.log_path}")
             client = KazooClient(hosts=self.address, timeout=self.min_session_timeout_s, logger=_PROBE_LOG)
             try:
-                client.start(timeout=max(0.05, min(READY_PROBE_S, deadline - time.monotonic())))
+                client.start(timeout=max(0.05, min(READY_PROBE_S, deadline - self.clock.monotonic())))
                 return
             except KazooTimeoutError:
-                if time.monotonic() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     raise TimeoutError(f"ZooKeeper on port {self.port} not ready within {timeout_s} s; "
                                        f"see {self.log_path}") from None
             finally:
@@ -236,9 +239,9 @@ class LocalZooKeeper:
         TimeoutError if that takes longer than timeout_s.
         """
         self._signal(signal.SIGSTOP)
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while not self._stopped():
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 raise TimeoutError(f"ZooKeeper pid {self.pid} not stopped within {timeout_s} s")
             time.sleep(0.005)
 

@@ -169,7 +169,7 @@ class BrokerSet:
 
     def address(self, broker_id: int | None) -> str:
         """The registered address of `broker_id`; "" for None or an unknown id."""
-        return self.brokers[broker_id][0] if broker_id in self.brokers else ""
+        return self.brokers[broker_id][0] if broker_id is not None and broker_id in self.brokers else ""
 
     def to_json(self) -> bytes:
         """The node's bytes: stable, with sorted keys."""
@@ -206,7 +206,8 @@ _ID_TEXT = re.compile(r"[1-9][0-9]{0,18}")  # ASCII digits only: int() would als
 
 
 def _parse_brokers(raw: object) -> dict[int, tuple[str, str]]:
-    _require(type(raw) is dict, "bad brokers")
+    if type(raw) is not dict:
+        raise ValueError("bad brokers")
     brokers = {}
     for key, value in raw.items():
         _require(_ID_TEXT.fullmatch(key) is not None, f"bad broker id {key!r}")
@@ -493,7 +494,7 @@ def _rank(live: Mapping[int, LiveBroker], broker_id: int) -> tuple[bool, int, in
 
 
 def _is_damaged(live: Mapping[int, LiveBroker], broker_id: int | None) -> bool:
-    return broker_id in live and live[broker_id].store_damaged
+    return broker_id is not None and broker_id in live and live[broker_id].store_damaged
 
 
 def _is_learner(live: Mapping[int, LiveBroker], broker_id: int) -> bool:
@@ -654,7 +655,7 @@ def _decide_clean(broker_set: BrokerSet | None, live: Mapping[int, LiveBroker], 
     whole = request.broker_ids is None
     if whole and broker_set.master_id is not None:
         return _refused(invalid, broker_set, f"{request.name} still has master {broker_set.master_id}")
-    ids = frozenset(broker_set.brokers) if whole else frozenset(request.broker_ids)
+    ids = frozenset(broker_set.brokers) if request.broker_ids is None else frozenset(request.broker_ids)
     unknown = sorted(ids - broker_set.brokers.keys())
     if not ids or unknown:
         why = f"brokers {unknown} are not registered" if ids else "no broker ids given"
@@ -723,7 +724,7 @@ def handover_target(broker_set: BrokerSet, live: Mapping[int, LiveBroker], now_m
     (an active SyncStateSet member with priority PREFERRED_PRIORITY, the lowest id of several),
     unless the master is preferred itself; else None. Decision 7 says how the hand-over goes."""
     master = broker_set.master_id
-    if not settings.enable_preferred_master or not _is_active(live, master, now_ms):
+    if master is None or not settings.enable_preferred_master or not _is_active(live, master, now_ms):
         return None
     if live[master].priority == PREFERRED_PRIORITY:
         return None

@@ -111,10 +111,10 @@ class EpochCache:
             lines = [line for line in body.split("\n") if line]
             if int(count_line) != len(lines) or int(crc_line) != zlib.crc32(body.encode()):
                 raise ValueError("count or crc does not match")
-            pairs = [tuple(int(part) for part in line.split("-")) for line in lines]
+            pairs = [line.split("-") for line in lines]
             if any(len(pair) != 2 for pair in pairs):
                 raise ValueError("an entry is not epoch-start")
-            return cls(pairs)
+            return cls([(int(epoch), int(start)) for epoch, start in pairs])
         except (UnicodeDecodeError, ValueError) as exc:
             raise ValueError(f"not an epoch file: {exc}") from None
 

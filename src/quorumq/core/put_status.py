@@ -1,29 +1,20 @@
-"""The outcome of appending a message, RocketMQ's PutMessageStatus, and how producers see it.
-
-One table maps each status to the name RocketMQ's producers print (SendStatus) and to the v5 code
-the official client understands; quorumq's client reads the name back from the status message.
-"""
+"""The outcome of appending a message, RocketMQ's PutMessageStatus, and the name RocketMQ's producers
+print for it (SendStatus). The v5 code each status is answered with is in protocol/wire_errors.py."""
 
 from enum import Enum
 
-from rocketmq.grpc_protocol import definition_pb2 as v5
-
 
 class PutStatus(Enum):
-    #                             (name shown to producers, v5 code)
-    PUT_OK = ("SEND_OK", v5.Code.OK)
-    FLUSH_DISK_TIMEOUT = ("FLUSH_DISK_TIMEOUT", v5.Code.MASTER_PERSISTENCE_TIMEOUT)
-    FLUSH_SLAVE_TIMEOUT = ("FLUSH_SLAVE_TIMEOUT", v5.Code.SLAVE_PERSISTENCE_TIMEOUT)
-    SLAVE_NOT_AVAILABLE = ("SLAVE_NOT_AVAILABLE", v5.Code.HA_NOT_AVAILABLE)
-    IN_SYNC_REPLICAS_NOT_ENOUGH = ("IN_SYNC_REPLICAS_NOT_ENOUGH", v5.Code.HA_NOT_AVAILABLE)
+    #                             name shown to producers
+    PUT_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
     @property
     def send_status(self) -> str:
-        return self.value[0]
-
-    @property
-    def code(self) -> int:
-        return self.value[1]
+        return self.value
 
     @property
     def stored(self) -> bool:

@@ -56,7 +56,6 @@ from quorumq import limits
 from quorumq.core.put_status import PutStatus
 from quorumq.errors import Error, QuorumqError
 
-
 ALL_ACK = -1  # need_ack of a put that needs every SyncStateSet member (MixAll.ALL_ACK_IN_SYNC_STATE_SET)
 
 
@@ -272,8 +271,8 @@ class AckTracker:
         if not 0 <= flushed_offset <= written_offset <= progress.sent_offset:
             raise AckRejected(f"slave {slave_id} reports written {written_offset}, flushed "
                               f"{flushed_offset}, but was sent up to {progress.sent_offset}")
-        if progress.written_offset is not None and (written_offset < progress.written_offset
-                                                    or flushed_offset < progress.flushed_offset):
+        if progress.written_offset is not None and progress.flushed_offset is not None and (
+                written_offset < progress.written_offset or flushed_offset < progress.flushed_offset):
             raise AckRejected(f"slave {slave_id} goes back from written {progress.written_offset}, "
                               f"flushed {progress.flushed_offset} to {written_offset}, {flushed_offset}")
         previous = progress.ack_offset
@@ -424,10 +423,11 @@ class AckTracker:
         if need_ack == ALL_ACK:
             if not self._members:
                 return _OFFSET_ANY
-            progress = [self._slaves.get(slave_id) for slave_id in self._members]
-            if any(item is None or item.ack_offset is None for item in progress):
+            members = [self._slaves.get(slave_id) for slave_id in self._members]
+            acked = [offset for item in members if item is not None and (offset := item.ack_offset) is not None]
+            if len(acked) < len(members):
                 return None  # a member not connected, or not yet acking, holds every ALL_ACK put
-            return min(item.ack_offset for item in progress)
+            return min(acked)
         acks = sorted((progress.ack_offset for progress in self._slaves.values()
                        if progress.ack_offset is not None), reverse=True)
         return acks[need_ack - 2] if len(acks) >= need_ack - 1 else None

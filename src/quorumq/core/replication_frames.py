@@ -330,7 +330,7 @@ class ReplicationConnection:
             return ConnectionClosed()
         try:
             event = self._read_frame()
-            if event is NEED_DATA:
+            if isinstance(event, _Sentinel):  # NEED_DATA
                 if not self._eof:
                     return NEED_DATA
                 if self._position < len(self._buffer):

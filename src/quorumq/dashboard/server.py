@@ -10,7 +10,6 @@ with the admin client and quorumq's producer as `quorumq admin` does them.
 import asyncio
 import json
 import logging
-import time
 import urllib.request
 from importlib import resources
 from pathlib import Path
@@ -20,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from quorumq import limits
 from quorumq.client import AdminClient, ClientError, Message, Producer
 from quorumq.client.controller import ControllerClient
+from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.http import Response, serve_http
 
@@ -34,8 +34,9 @@ SCRAPED = {"rocketmq_messages_in_total": "in", "rocketmq_messages_out_total": "o
 
 
 class Dashboard:
-    def __init__(self, namesrv: str, controllers: list[str], replicator: Path | None) -> None:
+    def __init__(self, namesrv: str, controllers: list[str], replicator: Path | None, clock: Clock) -> None:
         self.namesrv = namesrv
+        self.clock = clock
         self.admin = AdminClient(namesrv, timeout_s=CALL_TIMEOUT_S)
         self.controllers = ControllerClient(controllers, timeout_s=CALL_TIMEOUT_S) if controllers else None
         self.replicator = replicator
@@ -79,7 +80,7 @@ class Dashboard:
         masters = [replica for replicas in groups.values() for replica in replicas if replica["role"] == "master"]
         counters = _merge(await asyncio.gather(*(asyncio.to_thread(_scrape, m["metrics"]) for m in masters
                                                  if m.get("metrics"))))
-        state = {"namesrv": self.namesrv, "time_ms": int(time.time() * 1000),
+        state = {"namesrv": self.namesrv, "time_ms": self.clock.now_ms(),
                  "groups": [_group(cluster, name, replicas) for (cluster, name), replicas in sorted(groups.items())],
                  **self._topics_and_groups(counters)}
         if self.controllers is not None:
@@ -96,7 +97,7 @@ class Dashboard:
 
     def _topics_and_groups(self, counters: dict) -> dict:
         """Totals and rates per topic (in, out) and per consumer group and topic (out, lag)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self._last is not None and now - self._last[0] >= 1.0:
             elapsed, before = now - self._last[0], self._last[1]
             self._rates = {key: max(value - before.get(key, value), 0) / elapsed for key, value in counters.items()
@@ -148,7 +149,7 @@ class Dashboard:
         return f"{result.status} {result.broker_name} queue {result.queue_id} offset {result.queue_offset}"
 
     async def reset_offset(self, form: dict) -> str:
-        timestamp_ms = int(form.get("timestamp_ms", time.time() * 1000))
+        timestamp_ms = int(form.get("timestamp_ms", self.clock.now_ms()))
         progress = await self.admin.reset_offset_by_time(form["group"], form["topic"], timestamp_ms)
         return f"{form['group']} on {form['topic']} reset on {len(progress)} master(s)"
 
@@ -217,7 +218,7 @@ def _json(document: dict) -> Response:
 
 
 async def serve(namesrv: str, controllers: list[str], replicator: Path | None, host: str, port: int) -> None:
-    dashboard = Dashboard(namesrv, controllers, replicator)
+    dashboard = Dashboard(namesrv, controllers, replicator, Clock())
     server = await serve_http(host, port, dashboard.answer, "the dashboard")
     log.info("dashboard at http://%s:%d/", host, port)
     try:

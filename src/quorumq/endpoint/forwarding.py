@@ -62,10 +62,9 @@ class ForwardingMessagingService(MessagingService):
         if failed.code() is not grpc.StatusCode.UNAVAILABLE or remaining is None:
             return False
         unreachable = self.broker.master_address
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + remaining - NEW_MASTER_CALL_S
+        deadline = self.broker.clock.monotonic() + remaining - NEW_MASTER_CALL_S
         while self.broker.master_address == unreachable:
-            if loop.time() >= deadline:
+            if self.broker.clock.monotonic() >= deadline:
                 return False
             await asyncio.sleep(NEW_MASTER_POLL_S)
         return True

@@ -12,12 +12,12 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq import limits
 from quorumq.core import properties
-from quorumq.core.message_rules import check_body, check_name, stored_properties
-from quorumq.endpoint.v5 import resource, resource_name
+from quorumq.core.message_rules import check_body, stored_properties
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.v5 import resource, topic_name
 from quorumq.store import MessageIn
 
-__all__ = ["answer_bytes", "check_name", "group_name", "incoming", "outgoing", "tag_filter", "topic_name"]
+__all__ = ["answer_bytes", "incoming", "outgoing", "tag_filter"]
 
 # Enum values read once: look-ups through the generated wrappers are slow on the hot path.
 _NORMAL = v5.MessageType.NORMAL
@@ -28,14 +28,6 @@ _UNSUPPORTED_TYPES = {
     v5.MessageType.FIFO: "FIFO", v5.MessageType.DELAY: "DELAY", v5.MessageType.TRANSACTION: "TRANSACTION",
     v5.MessageType.LITE: "LITE", v5.MessageType.PRIORITY: "PRIORITY",
 }
-
-
-def topic_name(topic: v5.Resource) -> str:
-    return check_name(resource_name(topic), Error.ILLEGAL_TOPIC, "topic")
-
-
-def group_name(group: v5.Resource) -> str:
-    return check_name(resource_name(group), Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
 
 
 def incoming(message: v5.Message, max_body_bytes: int, explicit_queue: bool) -> MessageIn:

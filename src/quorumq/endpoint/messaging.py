@@ -4,7 +4,6 @@ Every answer carries a top-level status; a request the broker cannot serve gets 
 and an unexpected failure is logged and answered INTERNAL_ERROR while the server keeps serving.
 """
 
-import asyncio
 import functools
 import logging
 from typing import Awaitable, Callable
@@ -15,13 +14,25 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq import limits
-from quorumq.broker.broker import Broker, PutResult
+from quorumq.broker.broker import Broker
 from quorumq.broker.consumers import Delivery
+from quorumq.broker.send_path import PutResult
+from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.put_status import PutStatus
 from quorumq.endpoint import messages
-from quorumq.endpoint.v5 import NO_NEW_MESSAGE, OK, UnservedMessagingService, error_status, route_response, status
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.v5 import (
+    NO_NEW_MESSAGE,
+    OK,
+    UnservedMessagingService,
+    error_status,
+    group_name,
+    route_response,
+    status,
+    topic_name,
+)
+from quorumq.protocol.wire_errors import PUT_STATUS_CODES
 from quorumq.store import GetStatus, MessageIn
 
 log = logging.getLogger("quorumq.endpoint")
@@ -65,10 +76,10 @@ def _poll_budget(requested: Duration | None, context) -> float:
     return poll_budget(_seconds(requested) if requested is not None else 0.0, context)
 
 
-def answer_by(context) -> float | None:
-    """When a send must be answered (event-loop time): a little before the client's deadline."""
+def answer_by(context, clock: Clock) -> float | None:
+    """When a send must be answered (the clock's monotonic time): a little before the client's deadline."""
     remaining = context.time_remaining()
-    return None if remaining is None else asyncio.get_running_loop().time() + remaining - ANSWER_MARGIN_S
+    return None if remaining is None else clock.monotonic() + remaining - ANSWER_MARGIN_S
 
 
 def poll_budget(requested_s: float, context) -> float:
@@ -88,7 +99,7 @@ def _answer_limit(context) -> int | None:
 
 
 def _put_status_message(put_status: PutStatus) -> str:
-    if put_status.code == CODE_OK:
+    if put_status is PutStatus.PUT_OK:
         return put_status.send_status
     if put_status.stored:
         return f"{put_status.send_status}: the message is stored on the master but not acknowledged as asked"
@@ -100,12 +111,13 @@ def _stored_status(put_status: PutStatus, master_epoch: int) -> v5.Status:
     """In controller mode the message names the master epoch that answered (the v5 result has no
     field for it); a deposed master answers nothing, so that is the epoch that acknowledged."""
     message = _put_status_message(put_status)
-    return v5.Status(code=put_status.code, message=f"{message} (master epoch {master_epoch})" if master_epoch
-                     else message)
+    return v5.Status(code=PUT_STATUS_CODES[put_status],
+                     message=f"{message} (master epoch {master_epoch})" if master_epoch else message)
 
 
-def _entry_status(result: PutResult, master_epoch: int) -> v5.Status:
-    return error_status(result.error) if result.error is not None else _stored_status(result.status, master_epoch)
+def _entry_status(result: PutResult) -> v5.Status:
+    return error_status(result.error) if result.error is not None else _stored_status(result.status,
+                                                                                      result.master_epoch)
 
 
 class MessagingService(UnservedMessagingService):
@@ -120,12 +132,12 @@ class MessagingService(UnservedMessagingService):
 
     @answers(v5s.QueryRouteResponse)
     async def QueryRoute(self, request, context):
-        return route_response(await self.route_lookup(messages.topic_name(request.topic)), request.topic)
+        return route_response(await self.route_lookup(topic_name(request.topic)), request.topic)
 
     @answers(v5s.HeartbeatResponse)
     async def Heartbeat(self, request, context):
         if request.HasField("group") and request.group.name:
-            self.broker.consumers.touch(messages.group_name(request.group))
+            self.broker.consumers.touch(group_name(request.group))
         return v5s.HeartbeatResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context):
@@ -163,7 +175,7 @@ class MessagingService(UnservedMessagingService):
         elif settings.HasField("subscription"):
             subscription = reply.subscription
             if subscription.HasField("group") and subscription.group.name:
-                self.broker.consumers.touch(messages.group_name(subscription.group))
+                self.broker.consumers.touch(group_name(subscription.group))
             subscription.fifo = False
             subscription.receive_batch_size = 32
             if not subscription.HasField("long_polling_timeout"):
@@ -180,7 +192,7 @@ class MessagingService(UnservedMessagingService):
     @answers(v5s.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
         """One assignment per broker, queue id -1: the broker pops from all its queues, as the proxy does."""
-        route = await self.route_lookup(messages.topic_name(request.topic))
+        route = await self.route_lookup(topic_name(request.topic))
         response = route_response(route, request.topic)
         if response.status.code != v5.Code.OK:
             return v5s.QueryAssignmentResponse(status=response.status)
@@ -207,13 +219,12 @@ class MessagingService(UnservedMessagingService):
         if sum(len(item.body) for item in incoming if isinstance(item, MessageIn)) > limits.BATCH_BYTES_MAX:
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes "
                                                       "of bodies")
-        results = await self.broker.put(incoming, answer_by(context))
+        results = await self.broker.put(incoming, answer_by(context, self.broker.clock))
         response = v5s.SendMessageResponse()
         add_entry = response.entries.add  # adding in place copies less than building a list
         first_failure = None
-        master_epoch = self.broker.master_epoch
         for message, result in zip(request.messages, results):
-            entry_status = _entry_status(result, master_epoch)
+            entry_status = _entry_status(result)
             if first_failure is None and entry_status.code != CODE_OK:
                 first_failure = entry_status
             # RocketMQ's broker answers the message's client id as its transaction id, for every type.
@@ -250,8 +261,8 @@ class MessagingService(UnservedMessagingService):
         yield v5s.ReceiveMessageResponse(delivery_timestamp=sent_at)
 
     async def _receive(self, request, context) -> list[v5.Message]:
-        group = messages.group_name(request.group)
-        topic = messages.topic_name(request.message_queue.topic)
+        group = group_name(request.group)
+        topic = topic_name(request.message_queue.topic)
         tags = messages.tag_filter(request.filter_expression)
         batch = min(max(request.batch_size, 1), limits.RECEIVE_BATCH_MAX)
         invisible_s = (_seconds(request.invisible_duration) if request.HasField("invisible_duration")
@@ -316,8 +327,8 @@ class MessagingService(UnservedMessagingService):
 
     @answers(v5s.AckMessageResponse)
     async def AckMessage(self, request, context):
-        group = messages.group_name(request.group)
-        topic = messages.topic_name(request.topic)
+        group = group_name(request.group)
+        topic = topic_name(request.topic)
         entries = []
         first_failure = None
         for entry in request.entries:
@@ -333,8 +344,8 @@ class MessagingService(UnservedMessagingService):
 
     @answers(v5s.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request, context):
-        group = messages.group_name(request.group)
-        topic = messages.topic_name(request.topic)
+        group = group_name(request.group)
+        topic = topic_name(request.topic)
         seconds = _seconds(request.invisible_duration)
         if not 0 <= seconds <= limits.INVISIBLE_SECONDS_MAX:
             raise QuorumqError(Error.ILLEGAL_INVISIBLE_TIME,
@@ -363,15 +374,15 @@ class MessagingService(UnservedMessagingService):
 
     async def _pull(self, request, context):
         return await self.broker.pull(
-            messages.topic_name(request.message_queue.topic), request.message_queue.id, request.offset,
+            topic_name(request.message_queue.topic), request.message_queue.id, request.offset,
             min(max(request.batch_size, 1), limits.PULL_BATCH_MAX), messages.tag_filter(request.filter_expression),
             _poll_budget(request.long_polling_timeout if request.HasField("long_polling_timeout") else None,
-                         context), group=messages.group_name(request.group))
+                         context), group=group_name(request.group))
 
     @answers(v5s.GetOffsetResponse)
     async def GetOffset(self, request, context):
-        group = messages.group_name(request.group)
-        topic = messages.topic_name(request.message_queue.topic)
+        group = group_name(request.group)
+        topic = topic_name(request.message_queue.topic)
         self.broker.check_queue(topic, request.message_queue.id)
         offset = self.broker.consumers.committed(group, topic, request.message_queue.id)
         if offset is None:
@@ -381,8 +392,8 @@ class MessagingService(UnservedMessagingService):
 
     @answers(v5s.UpdateOffsetResponse)
     async def UpdateOffset(self, request, context):
-        group = messages.group_name(request.group)
-        topic = messages.topic_name(request.message_queue.topic)
+        group = group_name(request.group)
+        topic = topic_name(request.message_queue.topic)
         queue_id = request.message_queue.id
         self.broker.check_queue(topic, queue_id)
         if not 0 <= request.offset <= self.broker.store.queue_max_offset(topic, queue_id):
@@ -392,7 +403,7 @@ class MessagingService(UnservedMessagingService):
 
     @answers(v5s.QueryOffsetResponse)
     async def QueryOffset(self, request, context):
-        topic = messages.topic_name(request.message_queue.topic)
+        topic = topic_name(request.message_queue.topic)
         queue_id = request.message_queue.id
         self.broker.check_queue(topic, queue_id)
         store = self.broker.store

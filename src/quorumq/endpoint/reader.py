@@ -7,9 +7,11 @@ from quorumq import limits
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.message_rules import check_name
 from quorumq.endpoint import messages
 from quorumq.endpoint.messaging import poll_budget
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.wire_errors import abort
 from quorumq.store import GetStatus
 
 
@@ -19,15 +21,15 @@ class MessageReaderService(pb_grpc.MessageReaderServicer):
 
     async def PullBatch(self, request, context):
         try:
-            messages.check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
-            messages.check_name(request.topic, Error.ILLEGAL_TOPIC, "topic")
+            check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+            check_name(request.topic, Error.ILLEGAL_TOPIC, "topic")
             tags = messages.tag_filter(v5.FilterExpression(type=v5.FilterType.TAG, expression=request.tag_expression))
             result = await self.broker.pull(request.topic, request.queue_id, request.offset,
                                             min(max(request.max_count, 1), limits.PULL_BATCH_MAX), tags,
                                             poll_budget(request.long_poll_ms / 1000, context), raw=True,
                                             group=request.group)
         except QuorumqError as exc:
-            await context.abort(exc.error.value.grpc_status, str(exc))
+            await abort(context, exc)
         if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:
             status = pb.OFFSET_ILLEGAL
         else:

@@ -1,7 +1,7 @@
 """Batch writes for quorumq's own client (cluster.proto MessageWriter): records the producer encoded
 itself, checked and appended as they are, where the v5 SendMessage parses and re-encodes every
-message. Refusals travel as the response status, so the producer treats TOO_MANY_REQUESTS here as
-it would a v5 answer, and the broker keeps serving."""
+message. A refused request fails the cluster protocol's way (an Error in the trailing metadata,
+protocol/wire_errors.py), a served one answers with its put status; the broker keeps serving."""
 
 import logging
 
@@ -9,9 +9,10 @@ from quorumq import limits
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.endpoint import messages
+from quorumq.core.message_rules import check_name
 from quorumq.endpoint.messaging import answer_by
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.wire_errors import abort
 
 log = logging.getLogger("quorumq.endpoint")
 
@@ -22,7 +23,7 @@ class MessageWriterService(pb_grpc.MessageWriterServicer):
 
     async def SendBatch(self, request, context):
         try:
-            topic = messages.check_name(request.topic, Error.ILLEGAL_TOPIC, "topic")
+            topic = check_name(request.topic, Error.ILLEGAL_TOPIC, "topic")
             if not 0 < request.count <= limits.BATCH_MESSAGES_MAX:  # before admission counts them
                 raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{limits.BATCH_MESSAGES_MAX} records")
             if len(request.request_id) > limits.KEY_LENGTH_MAX:
@@ -30,16 +31,15 @@ class MessageWriterService(pb_grpc.MessageWriterServicer):
             if request.queue_id < 0:
                 # The records name their queue, so the broker cannot pick one for them.
                 raise QuorumqError(Error.BAD_REQUEST, f"queue id {request.queue_id}: SendBatch names the queue")
-            status, first_queue_offset = await self.broker.put_encoded(topic, request.queue_id, request.records,
-                                                                       request.count, request.request_id,
-                                                                       answer_by(context))
+            result = await self.broker.put_encoded(topic, request.queue_id, request.records, request.count,
+                                                   request.request_id, answer_by(context, self.broker.clock))
         except QuorumqError as exc:
-            return pb.SendBatchResponse(status=exc.error.name, detail=exc.detail)
+            await abort(context, exc)
         except Exception:
             log.exception("SendBatch failed")
-            return pb.SendBatchResponse(status=Error.INTERNAL_ERROR.name, detail="the broker failed; see its log")
-        if not status.stored:  # IN_SYNC_REPLICAS_NOT_ENOUGH: the records were not appended
-            return pb.SendBatchResponse(status=status.send_status, detail="fewer replicas are in sync than the "
+            await abort(context, QuorumqError(Error.INTERNAL_ERROR, "the broker failed; see its log"))
+        if not result.status.stored:  # IN_SYNC_REPLICAS_NOT_ENOUGH: the records were not appended
+            return pb.SendBatchResponse(status=result.status.send_status, detail="fewer replicas are in sync than the "
                                                                           "write needs; nothing was stored")
-        return pb.SendBatchResponse(status=status.send_status, first_queue_offset=first_queue_offset,
-                                    count=request.count, master_epoch=self.broker.master_epoch)
+        return pb.SendBatchResponse(status=result.status.send_status, first_queue_offset=result.queue_offset,
+                                    count=request.count, master_epoch=result.master_epoch)

@@ -22,11 +22,21 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from quorumq import limits
+from quorumq.clock import Clock
 from quorumq.core.epochs import EpochCache
 from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import AckRejected, AckTracker
-from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
-                                             RemoteProtocolError, ReplicationConnection, Role)
+from quorumq.core.replication_frames import (
+    NEED_DATA,
+    Ack,
+    ConnectionClosed,
+    Data,
+    Handshake,
+    Heartbeat,
+    RemoteProtocolError,
+    ReplicationConnection,
+    Role,
+)
 from quorumq.errors import Error, QuorumqError
 from quorumq.store.message_store import MessageStore
 
@@ -51,7 +61,7 @@ class _SlaveConnection:
 
 
 class ReplicationMaster:
-    def __init__(self, store: MessageStore, *, cluster_name: str, broker_name: str,
+    def __init__(self, store: MessageStore, *, clock: Clock, cluster_name: str, broker_name: str,
                  host: str = "127.0.0.1", port: int = 10912, tracker: AckTracker | None = None,
                  transfer_batch_bytes: int = limits.REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
@@ -63,6 +73,7 @@ class ReplicationMaster:
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
             raise ValueError("the heartbeat interval must be positive and below the housekeeping interval")
         self._store = store
+        self._clock = clock
         self.cluster_name = cluster_name
         self.broker_name = broker_name
         self._host = host
@@ -77,6 +88,7 @@ class ReplicationMaster:
         self._connections: dict[int, _SlaveConnection] = {}  # slave id -> its current connection
         self._handlers: dict[asyncio.Task, asyncio.StreamWriter] = {}  # connection handler -> its socket
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline_s = 0.0  # when the armed timer fires, on the clock's monotonic time
         self._stopping = False
 
     # Life cycle.
@@ -146,8 +158,8 @@ class ReplicationMaster:
 
     async def wait_acked(self, next_offset: int, need_ack: int, deadline_s: float) -> PutStatus:
         """PUT_OK once `need_ack` copies, this master's included, hold everything below
-        `next_offset`; FLUSH_SLAVE_TIMEOUT at `deadline_s`, an absolute time on the event loop's
-        clock (`loop.time()`, i.e. time.monotonic())."""
+        `next_offset`; FLUSH_SLAVE_TIMEOUT at `deadline_s`, an absolute time on the clock's
+        monotonic time."""
         if next_offset > self._store.max_offset:
             raise ValueError(f"offset {next_offset} lies past the end of the commit log {self._store.max_offset}")
         loop = asyncio.get_running_loop()
@@ -188,14 +200,15 @@ class ReplicationMaster:
         if deadline is None:
             return
         if self._timer is not None:
-            if self._timer.when() <= deadline:
+            if self._timer_deadline_s <= deadline:
                 return
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_at(deadline, self._on_timer)
+        self._timer = asyncio.get_running_loop().call_later(deadline - self._clock.monotonic(), self._on_timer)
+        self._timer_deadline_s = deadline
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.release(self.tracker.expire(asyncio.get_running_loop().time()))
+        self.release(self.tracker.expire(self._clock.monotonic()))
         self._arm_timer()
 
     @staticmethod

@@ -34,9 +34,19 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from quorumq import limits
+from quorumq.clock import Clock
 from quorumq.core.epochs import EpochCache
-from quorumq.core.replication_frames import (NEED_DATA, Ack, ConnectionClosed, Data, Handshake, Heartbeat,
-                                             RemoteProtocolError, ReplicationConnection, Role)
+from quorumq.core.replication_frames import (
+    NEED_DATA,
+    Ack,
+    ConnectionClosed,
+    Data,
+    Handshake,
+    Heartbeat,
+    RemoteProtocolError,
+    ReplicationConnection,
+    Role,
+)
 from quorumq.errors import QuorumqError
 from quorumq.store.epoch_file import EpochFile
 from quorumq.store.message_store import MessageStore
@@ -45,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 class ReplicationSlave:
-    def __init__(self, store: MessageStore, *, master_host: str, master_port: int, broker_id: int,
+    def __init__(self, store: MessageStore, *, clock: Clock, master_host: str, master_port: int, broker_id: int,
                  cluster_name: str, broker_name: str, acks_flushed: bool = False, async_learner: bool = False,
                  sync_from_last_file: bool = False,
                  epochs: EpochCache | None = None, epoch_file: EpochFile | None = None, known_epoch: int = 0,
@@ -60,6 +70,7 @@ class ReplicationSlave:
         if not 0 < backoff_min_s <= backoff_max_s:
             raise ValueError("reconnect backoff must satisfy 0 < min <= max")
         self._store = store
+        self._clock = clock
         self.master_address = (master_host, master_port)  # read at every connection attempt
         self.broker_id = broker_id
         self.cluster_name = cluster_name
@@ -150,21 +161,20 @@ class ReplicationSlave:
                 tasks.append(asyncio.create_task(self._flush_loop(writer, codec, flush_wanted)))
             for task in tasks:  # a helper that fails closes the socket, which ends the read below
                 task.add_done_callback(functools.partial(_close_on_failure, writer))
-            loop = asyncio.get_running_loop()
-            heard_by = loop.time() + self._housekeeping_s
+            heard_by = self._clock.monotonic() + self._housekeeping_s
             unheard = 0  # bytes received since heard_by was last set
             while True:
                 # Silence is neither a whole frame nor REPLICATION_READ_BYTES of one: a DATA length
                 # damaged on the way (within the frame limit) would otherwise keep the session
                 # waiting, for good, for megabytes that the master's heartbeats deliver a few bytes
                 # at a time; a large record on a slow link still makes progress.
-                async with asyncio.timeout_at(heard_by):
+                async with asyncio.timeout(heard_by - self._clock.monotonic()):
                     data = await reader.read(limits.REPLICATION_READ_BYTES)
                 codec.feed(data)
                 appended, heard, closed = self._take_events(codec)
                 unheard += len(data)
                 if heard or unheard >= limits.REPLICATION_READ_BYTES:
-                    heard_by, unheard = loop.time() + self._housekeeping_s, 0
+                    heard_by, unheard = self._clock.monotonic() + self._housekeeping_s, 0
                 for task in tasks:
                     if task.done():
                         task.result()  # raises what ended a helper loop

@@ -5,6 +5,7 @@ streaming query and printing progress to stdout until a query fails or SIGTERM/S
 cluster, `spark-submit` this file with the same arguments (docs/replicator.md).
 """
 
+import argparse
 import json
 import os
 import signal
@@ -13,12 +14,13 @@ import threading
 import time
 from typing import Any
 
-from quorumq.replicator import jobs
+from quorumq.replicator import jobs, options
 from quorumq.replicator.datasource import register
 from quorumq.replicator.jobs import Settings
 from quorumq.replicator.metrics import DriverMetrics, queue_lag
 
 PROGRESS_INTERVAL_S = 5.0
+EXIT_USAGE = 2
 
 
 def spark_session(master: str | None, app_name: str) -> Any:
@@ -27,7 +29,9 @@ def spark_session(master: str | None, app_name: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master is None or master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession  # imported late: the environment above must be set first
+    from pyspark.sql import (
+        SparkSession,  # imported late: the environment above must be set first
+    )
 
     builder = (SparkSession.builder.appName(app_name).config("spark.scheduler.mode", "FAIR")
                .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2"))
@@ -101,7 +105,22 @@ def run(settings: Settings, master: str | None, metrics_address: str = "") -> in
     return 0
 
 
-if __name__ == "__main__":  # spark-submit src/quorumq/replicator/app.py ARGS (the same as `replicator run`)
-    from quorumq.cli.replicator import main_spark_submit
+def run_with_options(args: argparse.Namespace) -> int:
+    """Run the driver as `quorumq replicator run` and spark-submit name it (replicator/options.py)."""
+    try:
+        settings = options.settings(args)
+    except ValueError as error:
+        print(f"quorumq replicator: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(settings, args.spark_master, args.metrics)
 
-    sys.exit(main_spark_submit(sys.argv[1:]))
+
+def main(argv: list[str]) -> int:
+    """The same options as `quorumq replicator run`, for `spark-submit .../replicator/app.py ARGS`."""
+    parser = argparse.ArgumentParser(prog="replicator", description=__doc__)
+    options.add_arguments(parser)
+    return run_with_options(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # spark-submit src/quorumq/replicator/app.py ARGS (the same as `replicator run`)
+    sys.exit(main(sys.argv[1:]))

@@ -24,19 +24,24 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition, WriterCommitMessage
-from pyspark.sql.datasource import DataSourceStreamArrowWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from quorumq import limits
 from quorumq.client import FOUND, ClientError, Message, ReceivedMessage, SendResult
 from quorumq.client.producer import batches
 from quorumq.core import replicator as plan
+from quorumq.core.codec import decode_properties, encode_properties
 from quorumq.core.replicator import QueueKey
 from quorumq.errors import Error, QuorumqError
 from quorumq.replicator import clients
 from quorumq.store.atomic_file import write_atomically
-from quorumq.core.codec import decode_properties, encode_properties
 
 log = logging.getLogger("quorumq.replicator")
 
@@ -486,7 +491,7 @@ def _retriable(status: str) -> bool:
     """Whether a failed send may succeed when sent again: send statuses and transport failures may,
     a record the destination refuses by rule (catalogue errors marked not retriable) will not."""
     error = Error.__members__.get(status)
-    return error is None or error.value.retriable
+    return error is None or error.retriable
 
 
 def _send_one_by_one(producer: Any, topic: str, destination: tuple[str, int] | None, chunk: Sequence[Message],

@@ -3,19 +3,20 @@
 Nothing here imports a server module; the broker drives it from its event loop.
 """
 
-from quorumq.store.atomic_file import write_atomically
 from quorumq.core.codec import StoredMessage, tag_hash
+from quorumq.store.atomic_file import write_atomically
 from quorumq.store.consumer_offsets import ConsumerOffsets
 from quorumq.store.flush import Flusher
-from quorumq.store.message_store import (AppendResult, GetResult, GetStatus, MessageIn, MessageStore,
-                                         RecoveryReport)
+from quorumq.store.interface import AppendResult, GetResult, GetStatus, MessageIn, RecoveryReport, Store
+from quorumq.store.memory import MemoryStore
+from quorumq.store.message_store import MessageStore
 from quorumq.store.recovery import Damage, classify_damage
 from quorumq.store.retention import segments_to_delete
-from quorumq.store.topic_configs import PERM_READ, PERM_WRITE, TopicConfig, TopicConfigs
+from quorumq.store.topic_configs import TopicConfig, TopicConfigs
 
 __all__ = [
-    "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "MessageIn",
-    "MessageStore", "PERM_READ", "PERM_WRITE", "RecoveryReport", "StoredMessage", "TopicConfig",
+    "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "MemoryStore",
+    "MessageIn", "MessageStore", "RecoveryReport", "Store", "StoredMessage", "TopicConfig",
     "TopicConfigs", "classify_damage",
     "segments_to_delete", "tag_hash", "write_atomically",
 ]

@@ -1,8 +1,18 @@
-"""Which commit-log segments retention deletes: a pure decision, so it can be tested alone."""
+"""Retention and deletion: which commit-log segments go (a pure decision, so it can be tested
+alone), deleting them with the consume-queue files that only point below the new minimum, and
+dropping a topic's queues.
+"""
 
-from typing import Sequence
+import logging
+import os
+from collections.abc import Sequence
 
 from quorumq import limits
+from quorumq.core import codec
+from quorumq.core.codec import HEADER
+from quorumq.store.state import StoreState
+
+log = logging.getLogger(__name__)
 
 HOUR_MS = 3600 * 1000
 
@@ -26,3 +36,59 @@ def segments_to_delete(end_timestamps_ms: Sequence[int], now_ms: int, reserved_h
     if force and end_timestamps_ms:
         expired = max(expired, 1)
     return min(expired, limits.RETENTION_SEGMENTS_PER_RUN_MAX)
+
+
+class Retention:
+    def __init__(self, state: StoreState) -> None:
+        self._state = state
+
+    def delete_topic(self, topic: str) -> bool:
+        """Drop the topic's consume queues (its commit-log bytes stay until retention)."""
+        state = self._state
+        state.check_open()
+        queues = state.queues.pop(topic, None)
+        if queues is None:
+            return False
+        for queue in queues.values():
+            if queue.files:
+                queue.delete()
+        topic_directory = state.root / "consumequeue" / topic
+        if topic_directory.is_dir():
+            topic_directory.rmdir()
+            state.dirty.mark_directory(topic_directory.parent)
+        # Recovery dispatches records after the checkpoint; the topic's must all lie before it.
+        state.checkpoint()
+        return True
+
+    def clean_expired(self, now_ms: int, reserved_hours: float, force: bool) -> int:
+        """Delete the oldest expired commit-log segments (or the oldest one when `force`), then
+        the consume-queue files that only point below the new minimum. Returns segments deleted."""
+        state = self._state
+        state.check_open()
+        segments = state.commit_log.segments
+        candidates = min(len(segments) - 1, limits.RETENTION_SEGMENTS_PER_RUN_MAX)
+        ends = [self._segment_end_timestamp(index) for index in range(max(candidates, 0))]
+        count = segments_to_delete(ends, now_ms, reserved_hours, force)
+        if count:
+            log.info("retention: deleting %d commit-log segment(s) from offset %d", count, segments[0].start)
+            state.commit_log.delete_oldest(count)
+            for queue in state.all_queues():
+                queue.advance_min(state.commit_log.min_offset)
+        return count
+
+    def _segment_end_timestamp(self, index: int) -> int:
+        """The last store time of a sealed segment: that of the first record of the next one,
+        or the file's modification time when that record cannot be read."""
+        segment = self._state.commit_log.segments[index]
+        if segment.end_timestamp_ms is None:
+            following = self._state.commit_log.segments[index + 1]
+            timestamp = codec.store_timestamp_of(self._state.commit_log.read(following.start, HEADER.size))
+            if timestamp is None:
+                timestamp = os.stat(segment.path).st_mtime_ns // 1_000_000
+            segment.end_timestamp_ms = timestamp
+        return segment.end_timestamp_ms
+
+    def disk_usage_ratio(self) -> float:
+        """The used fraction of the filesystem that holds the store, as an unprivileged user sees it."""
+        stats = os.statvfs(self._state.root)
+        return 1.0 - stats.f_bavail / stats.f_blocks if stats.f_blocks else 0.0

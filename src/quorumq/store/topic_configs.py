@@ -9,13 +9,10 @@ from pathlib import Path
 
 from quorumq import limits
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.constants import PERM_READ_WRITE
 from quorumq.store.atomic_file import write_atomically
 
 FILE_NAME = "topics.json"
-# RocketMQ's PermName bits: 4 readable, 2 writable, 1 inherited.
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,6 @@ brokers can reconnect before a master counts as lost.
 
 import asyncio
 import logging
-import signal
-import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -34,15 +32,15 @@ from kazoo.exceptions import KazooException
 
 from quorumq import limits, metrics
 from quorumq.client.controller import KEEPALIVE
+from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
 from quorumq.controller.metadata import NotLeader, ReplicaMetadata
-from quorumq.controller.metrics import ControllerCounters, collect
+from quorumq.controller.metrics import ControllerCounters
 from quorumq.core import controller_state as cs
 from quorumq.errors import QuorumqError
-from quorumq.listen import grpc_server
-from quorumq.metrics import Exporter
+from quorumq.protocol.wire_errors import abort
 
 log = logging.getLogger("quorumq.controller")
 
@@ -58,10 +56,6 @@ NOTICE_QUEUE_MAX = 16  # role notices waiting on one broker's stream; a slow bro
 # (gRPC's flow-control probes would be pings as well, each ending the connection when unanswered).
 SERVER_OPTIONS = [*KEEPALIVE, ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.bdp_probe", 0),
                   ("grpc.http2.min_ping_interval_without_data_ms", limits.CONTROLLER_PING_INTERVAL_MIN_MS)]
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def reply_message(reply: cs.Reply, broker_set: cs.BrokerSet | None, ha_addresses: dict[int, str]) -> pb.ControllerReply:
@@ -84,8 +78,9 @@ def not_leader(leader_address: str) -> pb.ControllerReply:
 
 
 class Controller(pb_grpc.ControllerServicer):
-    def __init__(self, config: Config, zookeeper: KazooClient) -> None:
+    def __init__(self, config: Config, zookeeper: KazooClient, clock: Clock) -> None:
         self.config = config
+        self.clock = clock
         self.address = f"{config['bindAddress']}:{config['listenPort']}"
         self.zookeeper = zookeeper
         self.metadata = ReplicaMetadata(zookeeper, config["zookeeperRoot"])
@@ -103,7 +98,7 @@ class Controller(pb_grpc.ControllerServicer):
         self._streams: dict[tuple[str, int], asyncio.Queue] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._hand_over_asked_s: dict[str, float] = {}
-        self.metrics = ControllerCounters() if metrics.enabled(config) else None
+        self.metrics = ControllerCounters(clock) if metrics.enabled(config) else None
         zookeeper.add_listener(self._on_zookeeper_state)
 
     def settings(self) -> cs.ControllerSettings:
@@ -148,7 +143,7 @@ class Controller(pb_grpc.ControllerServicer):
         leads = bool(members) and members[0][0] == self.metadata.member_node
         if leads and not self.is_leader:
             self.is_leader = True
-            self._leader_since_s = time.monotonic()
+            self._leader_since_s = self.clock.monotonic()
             log.info("controller %s leads (controllers: %s)", self.address, ", ".join(self.controllers))
         elif not leads:
             self._step_down(f"{self.leader_address or 'no one'} leads")
@@ -187,7 +182,8 @@ class Controller(pb_grpc.ControllerServicer):
             if not self.is_leader:
                 return not_leader(self.leader_address), ()
             broker_set, version = await asyncio.to_thread(self.metadata.read, broker_name)
-            reply, events = cs.decide(broker_set, self.live.get(broker_name, {}), request, now_ms(), self.settings())
+            reply, events = cs.decide(broker_set, self.live.get(broker_name, {}), request, self.clock.monotonic_ms(),
+                                      self.settings())
             after = cs.fold(broker_set, events)
             if events:
                 try:
@@ -228,7 +224,7 @@ class Controller(pb_grpc.ControllerServicer):
     # Liveness.
 
     def _in_grace(self) -> bool:
-        return time.monotonic() - self._leader_since_s < NEW_LEADER_GRACE_S
+        return self.clock.monotonic() - self._leader_since_s < NEW_LEADER_GRACE_S
 
     async def _broker_gone(self, broker_name: str, broker_id: int, why: str) -> None:
         self.live.get(broker_name, {}).pop(broker_id, None)
@@ -250,8 +246,8 @@ class Controller(pb_grpc.ControllerServicer):
                 continue
             try:
                 await self._expire_silent()
-                if time.monotonic() - last_master_scan_s >= self.config["scanInactiveMasterInterval"] / 1000:
-                    last_master_scan_s = time.monotonic()
+                if self.clock.monotonic() - last_master_scan_s >= self.config["scanInactiveMasterInterval"] / 1000:
+                    last_master_scan_s = self.clock.monotonic()
                     await self._elect_for_inactive_masters()
             except KazooException as exc:  # ZooKeeper gone or the session expired: the next scan retries
                 log.warning("controller scan: ZooKeeper is unavailable (%s)", type(exc).__name__)
@@ -259,7 +255,7 @@ class Controller(pb_grpc.ControllerServicer):
                 log.exception("controller scan failed")
 
     async def _expire_silent(self) -> None:
-        now = now_ms()
+        now = self.clock.monotonic_ms()
         for broker_name, brokers in list(self.live.items()):
             for broker_id, live in list(brokers.items()):
                 if not live.active(now):
@@ -268,7 +264,8 @@ class Controller(pb_grpc.ControllerServicer):
     async def _elect_for_inactive_masters(self) -> None:
         for broker_name in await asyncio.to_thread(self.metadata.names):
             broker_set, _ = await asyncio.to_thread(self.metadata.read, broker_name)
-            if broker_set is not None and cs.inactive_master(broker_set, self.live.get(broker_name, {}), now_ms()):
+            live = self.live.get(broker_name, {})
+            if broker_set is not None and cs.inactive_master(broker_set, live, self.clock.monotonic_ms()):
                 await self._elect_for_lost_master(broker_name)
 
     # The preferred master.
@@ -276,7 +273,7 @@ class Controller(pb_grpc.ControllerServicer):
     async def _maybe_hand_over(self, broker_name: str) -> None:
         if not self.config["enablePreferredMaster"] or self._in_grace():
             return
-        if time.monotonic() - self._hand_over_asked_s.get(broker_name, 0.0) < HAND_OVER_RETRY_S:
+        if self.clock.monotonic() - self._hand_over_asked_s.get(broker_name, 0.0) < HAND_OVER_RETRY_S:
             return
         try:
             broker_set, _ = await asyncio.to_thread(self.metadata.read, broker_name)
@@ -284,11 +281,12 @@ class Controller(pb_grpc.ControllerServicer):
             return  # ZooKeeper unreachable: no hand-over now, nor a failed heartbeat stream
         if broker_set is None:
             return
-        target = cs.handover_target(broker_set, self.live.get(broker_name, {}), now_ms(), self.settings())
+        target = cs.handover_target(broker_set, self.live.get(broker_name, {}), self.clock.monotonic_ms(),
+                                    self.settings())
         queue = self._streams.get((broker_name, broker_set.master_id))
         if target is None or queue is None:
             return
-        self._hand_over_asked_s[broker_name] = time.monotonic()
+        self._hand_over_asked_s[broker_name] = self.clock.monotonic()
         if self.metrics is not None:
             self.metrics.handback_asked(broker_name)
         log.info("%s: asking master %d to hand over to preferred broker %d", broker_name, broker_set.master_id,
@@ -333,7 +331,7 @@ class Controller(pb_grpc.ControllerServicer):
     async def _answer(self, broker_name: str, request) -> pb.ControllerReply:
         if not self.is_leader:
             return not_leader(self.leader_address)
-        started_s = time.monotonic()
+        started_s = self.clock.monotonic()
         try:
             reply, _ = await self._transact(broker_name, request)
         except KazooException as exc:  # ZooKeeper unreachable: decide nothing, the caller retries
@@ -354,7 +352,7 @@ class Controller(pb_grpc.ControllerServicer):
         try:
             self.config.update_live(request.key, request.value)
         except QuorumqError as error:
-            await context.abort(error.error.value.grpc_status, str(error))
+            await abort(context, error)
         log.info("config %s=%s", request.key, request.value)
         return pb.Empty()
 
@@ -397,7 +395,7 @@ class Controller(pb_grpc.ControllerServicer):
 
     def _on_heartbeat(self, heartbeat: pb.BrokerHeartbeat) -> None:
         brokers = self.live.setdefault(heartbeat.broker_name, {})
-        report = cs.LiveBroker(heartbeat.broker_id, heartbeat.address, now_ms(), heartbeat.timeout_ms,
+        report = cs.LiveBroker(heartbeat.broker_id, heartbeat.address, self.clock.monotonic_ms(), heartbeat.timeout_ms,
                                heartbeat.epoch, heartbeat.max_offset, heartbeat.confirm_offset,
                                heartbeat.election_priority, heartbeat.async_learner,
                                heartbeat.store_damaged)
@@ -418,40 +416,3 @@ def _offer(queue: asyncio.Queue, notice: pb.RoleNotice | None) -> None:
     if queue.full():
         queue.get_nowait()
     queue.put_nowait(notice)
-
-
-async def serve(config: Config) -> None:
-    zookeeper = KazooClient(hosts=config["zookeeperAddress"], timeout=config["zookeeperSessionTimeoutMillis"] / 1000)
-    controller = Controller(config, zookeeper)
-    # Before ZooKeeper: a taken port ends it with no session open.
-    server = grpc_server(controller.address, SERVER_OPTIONS)
-    # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
-    await asyncio.to_thread(zookeeper.start_async)
-    pb_grpc.add_ControllerServicer_to_server(controller, server)
-    await server.start()
-    exporter = None
-    if controller.metrics is not None:
-        exporter = Exporter(config, lambda: collect(controller, now_ms()))
-        await exporter.start()
-    log.info("controller listening on %s, ZooKeeper %s%s", controller.address, config["zookeeperAddress"],
-             config["zookeeperRoot"])
-    tasks = [asyncio.create_task(controller.keep_leadership()), asyncio.create_task(controller.scan())]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    log.info("controller stopping")
-    for task in tasks:
-        task.cancel()
-    await server.stop(grace=1.0)
-    if exporter is not None:
-        await exporter.stop()
-    await asyncio.to_thread(zookeeper.stop)
-    await asyncio.to_thread(zookeeper.close)
-    log.info("controller stopped")
-
-
-def main(config: Config) -> int:
-    asyncio.run(serve(config))
-    return 0

@@ -1,4 +1,5 @@
-"""The name server's route table: pure state, fed registrations and the time, no I/O.
+"""Routes by the name server's rules: its route table (pure state, fed registrations and the time,
+no I/O), also used by a broker to answer for its own topics, and the route as clients get it.
 
 A broker re-registers every `registerNameServerPeriod` with all its topics; one not heard from for
 `brokerNotActiveTimeoutMillis` is dropped with its routes. Times are the name server's monotonic
@@ -8,9 +9,7 @@ clock in ms, so a jump of the wall clock neither drops every broker nor keeps de
 from dataclasses import dataclass, field
 
 from quorumq.cluster import cluster_pb2 as pb
-from quorumq.store.topic_configs import PERM_READ
-
-MASTER_ID = 0
+from quorumq.protocol.constants import MASTER_ID, PERM_READ
 
 
 def client_route(route: pb.TopicRoute | None) -> pb.TopicRoute | None:

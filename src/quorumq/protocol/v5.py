@@ -9,9 +9,10 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.message_rules import check_name
 from quorumq.errors import Error, QuorumqError
-from quorumq.namesrv.registry import MASTER_ID
-from quorumq.store import PERM_READ, PERM_WRITE
+from quorumq.protocol.constants import MASTER_ID, PERM_READ, PERM_WRITE
+from quorumq.protocol.wire_errors import v5_code
 
 log = logging.getLogger("quorumq.v5")
 
@@ -20,11 +21,11 @@ NO_NEW_MESSAGE = v5.Status(code=v5.Code.MESSAGE_NOT_FOUND, message="no new messa
 
 
 def status(error: Error, detail: str) -> v5.Status:
-    return v5.Status(code=error.code, message=f"{error.name}: {detail}")
+    return v5.Status(code=v5_code(error), message=f"{error.name}: {detail}")
 
 
 def error_status(exc: QuorumqError) -> v5.Status:
-    return v5.Status(code=exc.error.code, message=str(exc))
+    return v5.Status(code=v5_code(exc.error), message=str(exc))
 
 
 def resource_name(resource: v5.Resource) -> str:
@@ -32,6 +33,14 @@ def resource_name(resource: v5.Resource) -> str:
     if resource.resource_namespace:
         return f"{resource.resource_namespace}%{resource.name}"
     return resource.name
+
+
+def topic_name(topic: v5.Resource) -> str:
+    return check_name(resource_name(topic), Error.ILLEGAL_TOPIC, "topic")
+
+
+def group_name(group: v5.Resource) -> str:
+    return check_name(resource_name(group), Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
 
 
 def resource(name: str) -> v5.Resource:

@@ -1,24 +1,19 @@
-"""The name server process: the route registry behind quorumq's NameServer service, plus the v5
+"""The name server's services: quorumq's NameServer service over the route registry, plus the v5
 QueryRoute so a RocketMQ client's access point can be the name server."""
 
 import asyncio
 import logging
-import signal
 
-import grpc
 from rocketmq.grpc_protocol import service_pb2 as v5s
-from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.config import Config
-from quorumq.endpoint import v5
-from quorumq.endpoint.messages import topic_name
-from quorumq.errors import QuorumqError
-from quorumq.listen import grpc_server
-from quorumq.metrics import Exporter, Families, RpcLatency, enabled
-from quorumq.namesrv.registry import RouteRegistry, client_route
+from quorumq.errors import Error, QuorumqError
+from quorumq.metrics import Families, RpcLatency
+from quorumq.protocol import v5
+from quorumq.protocol.routes import RouteRegistry, client_route
+from quorumq.protocol.wire_errors import abort
 
 log = logging.getLogger("quorumq.namesrv")
 
@@ -39,7 +34,7 @@ class NameServerService(pb_grpc.NameServerServicer):
     async def GetRoute(self, request, context):
         route = self.registry.route(request.topic)
         if route is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"TOPIC_NOT_FOUND: no route for topic {request.topic}")
+            await abort(context, QuorumqError(Error.TOPIC_NOT_FOUND, f"no route for topic {request.topic}"))
         return route
 
     async def GetClusterInfo(self, request, context):
@@ -67,13 +62,13 @@ class RouteOnlyMessagingService(v5.UnservedMessagingService):
 
     async def QueryRoute(self, request, context):
         try:
-            topic = topic_name(request.topic)
+            topic = v5.topic_name(request.topic)
         except QuorumqError as exc:
             return v5s.QueryRouteResponse(status=v5.error_status(exc))
         return v5.route_response(client_route(self.registry.route(topic)), request.topic)
 
 
-async def _expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float) -> None:
+async def expire_loop(registry: RouteRegistry, clock: Clock, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         for entry in registry.expire(clock.monotonic_ms()):
@@ -90,34 +85,3 @@ def collect(registry: RouteRegistry, rpc: RpcLatency, address: str):
         brokers[cluster] = brokers.get(cluster, 0) + 1
     yield families.gauge("quorumq_namesrv_brokers", "brokers registered, by cluster", brokers, ["cluster"])
     yield families.gauge("rocketmq_topic_number", "topics routed", len(registry.topic_list()))
-
-
-async def serve(config: Config) -> None:
-    clock = Clock()
-    registry = RouteRegistry(not_active_timeout_ms=config["brokerNotActiveTimeoutMillis"])
-    address = f"{config['bindAddress']}:{config['listenPort']}"
-    rpc = RpcLatency() if enabled(config) else None
-    server = grpc_server(address, interceptors=[rpc] if rpc is not None else [])
-    exporter = Exporter(config, lambda: collect(registry, rpc, address)) if rpc is not None else None
-    pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
-    v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)
-    await server.start()
-    if exporter is not None:
-        await exporter.start()
-    log.info("name server listening on %s", address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    expiry = asyncio.create_task(_expire_loop(registry, clock, config["scanNotActiveBrokerInterval"] / 1000))
-    await stop.wait()
-    expiry.cancel()
-    await server.stop(grace=1.0)
-    if exporter is not None:
-        await exporter.stop()
-    log.info("name server stopped")
-
-
-def main(config: Config) -> int:
-    asyncio.run(serve(config))
-    return 0

@@ -1,34 +1,19 @@
-"""The broker process: the store, the v5 endpoint and the admin service on one gRPC port, the
-replication port, plus the loops that register with the name server, flush, persist offsets,
-clean old files and keep replica groups together: a master counts its live replicas (the name
-server's broker member group), a slave finds its master through its registration and copies the
-master's topics and consumer positions."""
+"""The broker's standing loops: registration with the name servers and route look-ups, a master
+counting its live replicas (the name server's broker member group), a slave finding its master
+through its registration and copying the master's topics and consumer positions, and periodic
+chores."""
 
 import asyncio
 import logging
-import signal
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from quorumq import heap, limits
-from quorumq.broker.admin import BrokerAdminService
 from quorumq.broker.broker import Broker
-from quorumq.broker.controller_link import ControllerLink
-from quorumq.broker.metrics import collect, sample_degraded
-from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.config import Config
 from quorumq.core.quorum import BrokerRole, alive_replicas_in_group
-from quorumq.endpoint.forwarding import ForwardingMessagingService
-from quorumq.endpoint.messaging import MessagingService
-from quorumq.endpoint.reader import MessageReaderService
-from quorumq.namesrv.registry import RouteRegistry, client_route
-from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import QuorumqError
-from quorumq.listen import grpc_server
-from quorumq.metrics import Exporter
+from quorumq.protocol.routes import RouteRegistry, client_route
 
 log = logging.getLogger("quorumq.broker")
 
@@ -158,7 +143,7 @@ async def copy_master_metadata(broker: Broker) -> None:
         applied = (address, metadata.incarnation, metadata.version)
 
 
-async def _every(interval_ms, action) -> None:
+async def every(interval_ms, action) -> None:
     """Run `action` forever, `interval_ms()` apart; a failure is logged and retried next time."""
     while True:
         await asyncio.sleep(interval_ms() / 1000)
@@ -168,65 +153,3 @@ async def _every(interval_ms, action) -> None:
             log.error("%s failed: %s", action.__name__, exc)
         except Exception:
             log.exception("%s failed", action.__name__)
-
-
-async def serve(config: Config) -> None:
-    heap.keep_freed_memory()
-    clock = Clock()
-    address = f"{config['bindAddress']}:{config['listenPort']}"
-    broker = Broker(config, clock)
-    # Bound before the store's recovery, so that a taken port is said at once.
-    server = grpc_server(address, options=[
-        ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
-        ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
-    ], interceptors=[broker.metrics.rpc] if broker.metrics is not None else [])
-    broker.open()
-    namesrv = NameServerLink(broker)
-    # In controller mode every replica takes the official client's requests for the master.
-    messaging = (ForwardingMessagingService if broker.controller_mode else MessagingService)(broker, namesrv.route)
-    v5_grpc.add_MessagingServiceServicer_to_server(messaging, server)
-    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.register), server)
-    pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
-    pb_grpc.add_MessageWriterServicer_to_server(MessageWriterService(broker), server)
-    await server.start()
-    await broker.start()
-    exporter = Exporter(config, lambda: collect(broker)) if broker.metrics is not None else None
-    if exporter is not None:
-        await exporter.start()
-    log.info("broker %s (%s) listening on %s, advertised as %s", config["brokerName"],
-             "controller mode" if broker.controller_mode else config["brokerRole"], address, broker.address)
-    loops = [namesrv.keep_registered(),
-             _every(lambda: config["flushConsumerOffsetInterval"], broker.consumers.persist),
-             _every(lambda: config["cleanResourceInterval"], broker.clean_files)]
-    link = None
-    if broker.controller_mode:
-        link = ControllerLink(broker)
-        loops += [link.run(), copy_master_metadata(broker)]
-    elif broker.role is BrokerRole.SLAVE:
-        loops.append(copy_master_metadata(broker))
-    elif config["enableSlaveActingMaster"]:
-        loops.append(namesrv.keep_member_count())
-    if exporter is not None:
-        loops.append(sample_degraded(broker))
-    tasks = [asyncio.create_task(coroutine) for coroutine in loops]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    log.info("broker stopping")
-    for task in tasks:
-        task.cancel()
-    if link is not None:
-        await link.close()
-    await namesrv.unregister()
-    await server.stop(grace=1.0)
-    if exporter is not None:
-        await exporter.stop()
-    await broker.close()
-    log.info("broker stopped")
-
-
-def main(config: Config) -> int:
-    asyncio.run(serve(config))
-    return 0

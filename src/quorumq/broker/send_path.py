@@ -1,0 +1,309 @@
+"""The send path of a master: admission, the append, and the wait for the flush and the copies.
+
+Admission comes first, before a topic is created or anything stored: the role (a slave, a fenced
+or a handing-over master refuses), the disk (DISK_FULL), the pending bound (TOO_MANY_REQUESTS) and
+the quorum pre-check (IN_SYNC_REPLICAS_NOT_ENOUGH, core/quorum.py). Then the append, and the waits
+the config asks for (RIP-34, spec rocketmq-ha.md 1.2). Each answer carries the master epoch of the
+append: a master deposed during the wait does not speak for its successor.
+"""
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from quorumq import limits
+from quorumq.core import codec
+from quorumq.core.properties import MESSAGE_ID
+from quorumq.core.put_status import PutStatus
+from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, needs_copies, plan_put
+from quorumq.core.recent_sends import RecentSends, StoredCopy
+from quorumq.core.role import Phase
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import AppendResult, MessageIn
+
+log = logging.getLogger("quorumq.broker")
+
+
+@dataclass(slots=True)
+class PutResult:
+    status: PutStatus | None  # None when `error` rejected the message before it was stored
+    queue_id: int = -1
+    queue_offset: int = -1
+    error: QuorumqError | None = None
+    master_epoch: int = 0  # controller mode: the epoch of the master that took it (0: none)
+
+
+class SendPath:
+    def __init__(self, broker) -> None:  # the Broker (broker/broker.py) this is a part of
+        self._broker = broker
+        self.config = broker.config
+        self.pending_messages = 0
+        self.recent_sends = RecentSends()
+
+    # Admission.
+
+    def check_role(self) -> None:
+        broker = self._broker
+        name = self.config["brokerName"]
+        if broker.role is BrokerRole.SLAVE:
+            if broker.controller_mode and broker.role_state.phase is Phase.FENCED:
+                raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{broker.address} is fenced: the controller has "
+                                                                f"not named a master of {name} yet")
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{broker.address} is a slave of {name}; its master "
+                                                            "takes sends")
+        if broker.handing_over:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"{broker.address} is handing the master role of "
+                                                            f"{name} to its preferred broker")
+
+    def _admit(self, count: int) -> AckPlan:
+        """Admission of `count` messages: raises the refusal, or returns the plan they are stored
+        under; a rejected plan (IN_SYNC_REPLICAS_NOT_ENOUGH) stores nothing."""
+        self.check_role()
+        stats = self._broker.stats
+        if not self._broker.writable:
+            stats["sendRejectedTotal"] += count
+            raise QuorumqError(Error.DISK_FULL, "disk usage is above diskSpaceWarningLevelRatio; writes resume "
+                                                "once space is back")
+        if self.pending_messages + count > limits.PENDING_SEND_MESSAGES_MAX:
+            stats["sendRejectedTotal"] += count
+            raise QuorumqError(Error.TOO_MANY_REQUESTS, f"more than {limits.PENDING_SEND_MESSAGES_MAX} messages "
+                                                        "wait to be stored; retry later")
+        plan = self.plan_put()
+        if plan.rejected:
+            stats["sendRejectedTotal"] += count
+        return plan
+
+    def accepts_sends(self) -> bool:
+        """Whether a send would now be acknowledged at the configured quorum: it passes admission
+        and the copies in sync meet its plan (what `quorumq up` waits for before it calls a
+        cluster up)."""
+        try:
+            self.check_role()
+        except QuorumqError:
+            return False
+        return self._broker.writable and self.plan_put().met_by(self.in_sync_replicas(),
+                                                                self._broker.sync_state_set_size())
+
+    def quorum_settings(self) -> QuorumSettings:
+        config = self.config
+        return QuorumSettings(self._broker.role, config["inSyncReplicas"], config["minInSyncReplicas"],
+                              config["enableAutoInSyncReplicas"], config["haMaxGapNotInSync"],
+                              config["enableSlaveActingMaster"], self._broker.controller_mode,
+                              config["allAckInSyncStateSet"])
+
+    def in_sync_replicas(self) -> int:
+        """The master and its slaves within haMaxGapNotInSync of the commit log's end."""
+        return self._broker.replication.in_sync_replicas(self.config["haMaxGapNotInSync"])
+
+    def plan_put(self) -> AckPlan:
+        return plan_put(self.quorum_settings(), wait_store_msg_ok=True, alive_replicas=self._broker.alive_replicas,
+                        ha_in_sync=self.in_sync_replicas(), sync_state_set_size=self._broker.sync_state_set_size())
+
+    def replan_waiting(self) -> None:
+        """A slave was lost: with enableSlaveActingMaster, waiting puts are planned again as a new
+        put would be (quorum decision 11)."""
+        settings = self.quorum_settings()
+        if settings.enable_slave_acting_master:
+            plan = self.plan_put()
+            degraded = settings.enable_auto_in_sync_replicas and not plan.rejected
+            self._broker.replication.replan_waiting(plan.need_ack if degraded else None)
+
+    # The two send paths.
+
+    async def put(self, messages: list[MessageIn | QuorumqError], answer_by: float | None = None) -> list[PutResult]:
+        """Append what passed the checks with one write; wait for the flush and the copies the config
+        asks for, but not past `answer_by` (the clock's monotonic time: the client's deadline). A
+        message whose id this master stored recently is a client's retry: it is not stored again,
+        and it gets the first copy's outcome once that copy has its quorum."""
+        results = [PutResult(None, error=item) if isinstance(item, QuorumqError) else None for item in messages]
+        fresh: list[tuple[int, MessageIn]] = []
+        retried: list[tuple[int, StoredCopy]] = []
+        for index, message in enumerate(messages):
+            if isinstance(message, QuorumqError):
+                continue
+            copy = self.recent_sends.get(message.properties.get(MESSAGE_ID, ""))
+            if copy is not None:
+                retried.append((index, copy))
+            else:
+                fresh.append((index, message))
+        try:
+            if fresh:
+                plan = self._admit(len(fresh))
+                for index, result in self._put_fresh(fresh, plan):
+                    results[index] = result
+                accepted = [(index, message) for index, message in fresh if results[index] is None]
+                if accepted:
+                    batch = [message for _, message in accepted]
+                    status, appended, epoch = await self._append(
+                        plan, len(batch), Counter(message.topic for message in batch),
+                        lambda: self._remember(batch, self._broker.store.append(batch)), answer_by)
+                    for (index, message), (_, queue_offset) in zip(accepted, appended.offsets):
+                        results[index] = PutResult(status, message.queue_id, queue_offset, master_epoch=epoch)
+            if retried:
+                epoch = self._broker.master_epoch
+                status = await self._confirm([copy for _, copy in retried], answer_by)
+                for index, copy in retried:
+                    results[index] = PutResult(status, copy.queue_id, copy.queue_offset, master_epoch=epoch)
+        except QuorumqError as error:  # refused whole: disk full, overload, a slave, a store that stopped
+            for index in [index for index, _ in fresh] + [index for index, _ in retried]:
+                if results[index] is None:
+                    results[index] = PutResult(None, error=error)
+        metrics = self._broker.metrics
+        if metrics is not None:
+            for result in results:
+                metrics.answered(result.status.name if result.error is None else result.error.error.name)
+        return results
+
+    def _put_fresh(self, fresh: list[tuple[int, MessageIn]], plan: AckPlan) -> list[tuple[int, PutResult]]:
+        """The answers known before the append: every message when the plan is rejected, else the
+        ones whose queue is refused (a topic is created here, once admission let the send in)."""
+        if plan.rejected:
+            epoch = self._broker.master_epoch
+            return [(index, PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, message.queue_id, master_epoch=epoch))
+                    for index, message in fresh]
+        refused = []
+        for index, message in fresh:
+            try:
+                message.queue_id = self._broker.topics.writable_queue(message.topic, message.queue_id)
+            except QuorumqError as error:
+                refused.append((index, PutResult(None, error=error)))
+        return refused
+
+    async def put_encoded(self, topic: str, queue_id: int, records: bytes, count: int, request_id: str = "",
+                          answer_by: float | None = None) -> PutResult:
+        """Append records a producer encoded for one queue (store.append_encoded), through the same
+        admission and flush wait as `put`. Answers the status and the first record's queue offset;
+        a refusal raises, since the records are stored all or none. IN_SYNC_REPLICAS_NOT_ENOUGH
+        stores none: its queue offset is -1. A resend (`request_id`, its first record's message id,
+        stored recently for the same queue, core/recent_sends.py) is answered from the first copy."""
+        metrics = self._broker.metrics
+        try:
+            result = await self._put_encoded(topic, queue_id, records, count, request_id, answer_by)
+        except QuorumqError as error:
+            if metrics is not None:
+                metrics.answered(error.error.name, count)
+            raise
+        if metrics is not None:
+            metrics.answered(result.status.name, count)
+        return result
+
+    async def _put_encoded(self, topic: str, queue_id: int, records: bytes, count: int, request_id: str,
+                           answer_by: float | None) -> PutResult:
+        copy = self.recent_sends.batch(request_id, queue_id, count, lambda: _last_message_id(records))
+        if copy is not None:
+            epoch = self._broker.master_epoch
+            return PutResult(await self._confirm([copy], answer_by), queue_id, copy.queue_offset, master_epoch=epoch)
+        plan = self._admit(count)
+        if plan.rejected:
+            return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, queue_id, master_epoch=self._broker.master_epoch)
+        queue_id = self._broker.topics.writable_queue(topic, queue_id)
+        max_body_bytes = self.config["maxMessageSize"]
+
+        def append() -> AppendResult:
+            appended = self._broker.store.append_encoded(topic, queue_id, records, count, max_body_bytes)
+            self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset, count))
+            return appended
+
+        status, appended, epoch = await self._append(plan, count, {topic: count}, append, answer_by)
+        return PutResult(status, queue_id, appended.offsets[0][1], master_epoch=epoch)
+
+    async def _confirm(self, copies: list[StoredCopy], answer_by: float | None) -> PutStatus:
+        """A client's resend of what this master stored: the first copies' outcome, once they
+        have what the current settings need."""
+        self.check_role()
+        return await self._await_copies(max(copy.end_offset for copy in copies), self.plan_put().need_ack,
+                                        answer_by)
+
+    async def _append(self, plan: AckPlan, count: int, topics: Mapping[str, int],
+                      store_append: Callable[[], AppendResult],
+                      answer_by: float | None) -> tuple[PutStatus, AppendResult, int]:
+        """Every send path's append, once admitted under `plan`: `store_append` (one write of `count` messages,
+        `topics` counting them per topic), waking the slaves' senders and the topics' long polls,
+        then the flush and replica waits. Returns the master epoch of the append with the status:
+        the epoch may change during the wait."""
+        broker = self._broker
+        self.pending_messages += count
+        try:
+            appended = store_append()
+            epoch = broker.master_epoch
+            broker.stats["msgPutTotal"] += count
+            if broker.metrics is not None:
+                broker.metrics.stored(topics, appended)
+            # Stored messages are readable at once, as RocketMQ dispatches them before any wait
+            # (with a read bound, once the members hold them: readable_end); a send cancelled
+            # during its wait must not leave long polls asleep.
+            broker.replication.notify_appended()
+            for topic in topics:
+                broker.arrivals.notify(topic)
+            status = await self._await_copies(appended.end_offset, plan.need_ack, answer_by)
+            if broker.readable_end() is not None:  # readable only now that the members hold them
+                for topic in topics:
+                    broker.arrivals.notify(topic)
+        finally:
+            self.pending_messages -= count
+        return status, appended, epoch
+
+    async def _await_copies(self, end_offset: int, need_ack: int, answer_by: float | None) -> PutStatus:
+        """Wait, side by side, for the flush the config asks for (syncFlushTimeout) and for
+        `need_ack` copies (the master's included) of everything below `end_offset` (slaveTimeout),
+        each cut short at `answer_by` so the client gets a status rather than its own timeout;
+        the replica outcome wins."""
+        broker = self._broker
+        now = broker.clock.monotonic()
+        answer_by = float("inf") if answer_by is None else answer_by
+        flush = replicas = None
+        if self.config["flushDiskType"] == "SYNC_FLUSH":
+            flush_by = min(now + self.config["syncFlushTimeout"] / 1000, answer_by)
+            flush = broker.flusher.wait_flushed(end_offset, max(flush_by - now, 0.0))
+        if needs_copies(need_ack):
+            replicas = broker.replication.wait_acked(
+                end_offset, need_ack, min(now + self.config["slaveTimeout"] / 1000, answer_by))
+        flushed, replica_status = True, PutStatus.PUT_OK
+        if flush is not None and replicas is not None:
+            flushed, replica_status = await asyncio.gather(flush, replicas)
+        elif flush is not None:
+            flushed = await flush
+        elif replicas is not None:
+            replica_status = await replicas
+        return final_status(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, replica_status)
+
+    # Recent sends: a producer's resend is answered from the first copy.
+
+    def _remember(self, batch: list[MessageIn], appended: AppendResult) -> AppendResult:
+        """Note the ids of what was just stored, before any wait, so a retry during the wait finds them."""
+        for message, (_, queue_offset) in zip(batch, appended.offsets):
+            self.recent_sends.add(message.properties.get(MESSAGE_ID, ""),
+                                  StoredCopy(message.queue_id, queue_offset, appended.end_offset))
+        return appended
+
+    def forget_recent_sends(self) -> None:
+        self.recent_sends = RecentSends()
+
+    def recall_recent_sends(self) -> None:
+        """Remember the sends of the log's tail, as the master that stored them did: a producer's
+        resend after a failover (or a restart) is then answered from the copy this log holds."""
+        clock = self._broker.clock
+        started = clock.monotonic()
+        self.recent_sends = RecentSends()
+        try:
+            recalled = self._broker.store.recent_message_ids(limits.RECENT_MESSAGE_IDS_MAX)
+        except QuorumqError as error:  # a damaged tail: the role matters more than deduplication
+            log.error("recalling recent message ids from the log failed (%s): resends of what it holds may be "
+                      "stored again", error)
+            recalled = []
+        for message_id, queue_id, queue_offset, end_offset in recalled:
+            self.recent_sends.add(message_id, StoredCopy(queue_id, queue_offset, end_offset))
+        log.info("recalled %d recent message ids from the log in %.3f s", len(self.recent_sends),
+                 clock.monotonic() - started)
+
+
+def _last_message_id(records: bytes) -> str:
+    """The message id of the last of a producer's encoded records ("" when they do not parse:
+    storing them refuses them with the reason)."""
+    position = codec.last_record_position(records)
+    try:
+        return codec.message_property(records, position, MESSAGE_ID) if position is not None else ""
+    except ValueError:
+        return ""

@@ -1,0 +1,106 @@
+"""A broker's topics and its consumer groups' positions: configs, auto-creation, the queues a send
+or a read may use, and the changes slaves copy (broker/metadata.py carries them)."""
+
+import logging
+from pathlib import Path
+
+from quorumq.core.quorum import BrokerRole
+from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.constants import PERM_READ, PERM_WRITE
+from quorumq.store import TopicConfig, TopicConfigs
+
+log = logging.getLogger("quorumq.broker")
+
+
+class Topics:
+    def __init__(self, broker) -> None:  # the Broker (broker/broker.py) this is a part of
+        self._broker = broker
+        self.config = broker.config
+        self.configs = TopicConfigs(Path(self.config["storePathRootDir"]))
+        self._round_robin: dict[str, int] = {}
+
+    def load(self) -> None:
+        self.configs.load()
+
+    def all(self) -> list[TopicConfig]:
+        return self.configs.all()
+
+    def topic_config(self, topic: str, create: bool) -> TopicConfig:
+        config = self.configs.get(topic)
+        if config is not None:
+            return config
+        if not (create and self.config["autoCreateTopicEnable"]):
+            raise QuorumqError(Error.TOPIC_NOT_FOUND, f"topic {topic} does not exist on {self.config['brokerName']} "
+                                                      "and autoCreateTopicEnable is false")
+        queues = self.config["defaultTopicQueueNums"]
+        return self.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
+
+    def update_topic(self, config: TopicConfig) -> TopicConfig:
+        self.configs.put(config)
+        self._broker.topics_changed.set()
+        self._broker.metadata_sync.new_version()
+        log.info("topic %s: read %d write %d perm %d", config.name, config.read_queue_nums,
+                 config.write_queue_nums, config.perm)
+        return config
+
+    async def change_topic(self, config: TopicConfig) -> None:
+        """An operator's topic update. On a controller-mode master with allAckInSyncStateSet it is
+        answered once every SyncStateSet member has applied it, like a commit: a failover right
+        after the answer must not lose the topic (slaves used to copy topics every 3 s)."""
+        self.update_topic(config)
+        if self._broker.role is not BrokerRole.SLAVE:
+            await self._broker.metadata_sync.replicated(self._broker.metadata_sync.version, "topic update")
+
+    def delete_topic(self, topic: str) -> None:
+        self.configs.delete(topic)
+        self._broker.store.delete_topic(topic)
+        self._broker.consumers.delete_topic(topic)
+        self._broker.topics_changed.set()
+
+    def adopt(self, topics: list[TopicConfig]) -> None:
+        """A slave takes its master's topic configs. It never deletes a topic the master lacks (a
+        master whose config was lost must not empty its slaves); `quorumq admin deleteTopic`
+        deletes on every replica."""
+        before = self.configs.all()
+        for config in topics:
+            self.configs.put(config)
+        if self.configs.all() != before:
+            self._broker.topics_changed.set()
+
+    def readable_queue_ids(self, topic: str) -> list[int]:
+        config = self.topic_config(topic, create=False)
+        if not config.perm & PERM_READ or not self.config["brokerPermission"] & PERM_READ:
+            raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not readable on this broker")
+        return list(range(config.read_queue_nums))
+
+    def check_queue(self, topic: str, queue_id: int) -> None:
+        if queue_id not in self.readable_queue_ids(topic):
+            raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
+
+    def writable_queue(self, topic: str, queue_id: int) -> int:
+        """The queue a send goes to: `queue_id`, or when it is negative the topic's next queue round
+        robin. The topic is created when the config allows it, and must be writable here. Called
+        after admission (broker/send_path.py): a send refused must not create its topic."""
+        config = self.topic_config(topic, create=True)
+        if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
+            raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
+        if queue_id < 0:
+            turn = self._round_robin.get(topic, 0)
+            self._round_robin[topic] = turn + 1
+            return turn % config.write_queue_nums
+        if queue_id >= config.write_queue_nums:
+            raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
+        return queue_id
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set a group's position. With SYNC_FLUSH it is on disk before the answer, as a send is;
+        in controller mode with allAckInSyncStateSet the answer also waits until every member of
+        the SyncStateSet has applied it (slaves long-poll for it), so no failover takes an
+        acknowledged commit back. Otherwise slaves copy it on their next poll."""
+        broker = self._broker
+        if broker.metadata_sync.all_ack_in_sync_state_set and broker.sync_state is None:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is not the master: commit to the master")
+        broker.consumers.commit(group, topic, queue_id, offset)
+        if self.config["flushDiskType"] == "SYNC_FLUSH":
+            broker.consumers.persist()
+        await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")

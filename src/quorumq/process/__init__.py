@@ -1,0 +1,23 @@
+"""The process layer: each module wires one server's parts into a process (ports, loops, metrics,
+signals). Nothing below imports it; `cli/` starts it."""
+
+import asyncio
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from quorumq.config import Config
+
+
+async def until_signalled() -> None:
+    """Return on SIGTERM or SIGINT, the way `quorumq up` and the tests stop a server."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+def run(serve: Callable[[Config], Coroutine[Any, Any, None]], config: Config) -> int:
+    asyncio.run(serve(config))
+    return 0
