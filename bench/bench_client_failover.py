@@ -201,7 +201,8 @@ def main() -> None:
         prefix = f"{client}-"
         check = verdict(ended[client], Counter({body: count for body, count in bodies.items()
                                                  if body.startswith(prefix)}))
-        rows.append({"client": client, "runs": len(times), "median_s": round(statistics.median(times), 3) if times else None,
+        rows.append({"client": client, "runs": len(times),
+                     "median_s": round(statistics.median(times), 3) if times else None,
                      "worst_s": max(times) if times else None, "target": f"worst <= {TARGET_WORST_S:g} s", **check})
     columns = [("client", "official client"), ("runs", "kills"), ("median_s", "kill -> first ack median s"),
                ("worst_s", "worst s"), ("target", "target"), ("sends", "sends"), ("acked", "acked"),

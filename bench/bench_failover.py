@@ -323,8 +323,9 @@ def main() -> None:
              f"{common.fmt_rate(load_rate)} msg/s acknowledged ({opts.batch} x {BODY_SIZE} B per request, "
              f"{opts.inflight} in flight); {os.cpu_count()} cpus shared")
     common.print_table(rows, columns, title)
-    path = common.write_results(NAME, {"title": title, "rows": rows, "failovers": failovers, "stops": stops, "handbacks": handbacks,
-                                       "load_msg_per_s": load_rate, "seconds": round(time.time() - started, 1)})
+    path = common.write_results(NAME, {"title": title, "rows": rows, "failovers": failovers, "stops": stops,
+                                       "handbacks": handbacks, "load_msg_per_s": load_rate,
+                                       "seconds": round(time.time() - started, 1)})
     print(f"\nwrote {path}")
     shutil.rmtree(workdir, ignore_errors=True)
 

@@ -556,7 +556,8 @@ class Bench:
             pdir = self.workdir / "profiles"
             pdir.mkdir(exist_ok=True)
             argv = common.py_spy_wrap(self.opts.py_spy, pdir / f"{key}-client.txt", argv)
-            spies = [(f"{key}-server-{pid}", common.py_spy_attach(self.opts.py_spy, pid, pdir / f"{key}-server-{pid}.txt"))
+            spies = [(f"{key}-server-{pid}",
+                      common.py_spy_attach(self.opts.py_spy, pid, pdir / f"{key}-server-{pid}.txt"))
                      for pid in args.get("server_pids", [])]
         busy = common.cpu_busy(0.3, exclude=args.get("server_pids", []))
         print(f"  {key} ...", end=" ", flush=True)
@@ -802,7 +803,8 @@ class Bench:
         if load1 > 0.5:
             self.notes.append(f"load average {load1:.2f} when the bench started: other work shares these cpus")
         try:
-            for self.round in range(self.opts.repeat):
+            for round_index in range(self.opts.repeat):
+                self.round = round_index
                 if self.opts.repeat > 1:
                     print(f"--- round {self.round + 1} of {self.opts.repeat}", flush=True)
                 if "nats" in parts:

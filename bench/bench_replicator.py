@@ -126,8 +126,8 @@ def offered(access_point: str, topic: str, rate: int, seconds: float) -> multipr
 
 
 def start_baseline(source: str, target: str, topic: str, seconds: float) -> multiprocessing.Process:
-    process = multiprocessing.get_context("spawn").Process(target=run_baseline, args=(source, target, topic, "A", seconds),
-                                                           daemon=True)
+    process = multiprocessing.get_context("spawn").Process(
+        target=run_baseline, args=(source, target, topic, "A", seconds), daemon=True)
     process.start()
     return process
 

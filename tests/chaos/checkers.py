@@ -50,7 +50,8 @@ def lost(records: list[dict], final: FinalRead, final_master: str, in_sync: set[
     acked = {r["value"] for r in _completions(records, "send", "ok")}
     missing = acked - set(_stored(final[final_master]))
     on_replicas = {(replica, value) for replica in in_sync for value in acked - set(_stored(final[replica]))}
-    return Result("C1 lost", {"acked": len(acked), "lost": len(missing), "lost on an in-sync replica": len(on_replicas)},
+    figures = {"acked": len(acked), "lost": len(missing), "lost on an in-sync replica": len(on_replicas)}
+    return Result("C1 lost", figures,
                   ("lost", "lost on an in-sync replica"), _examples(missing | {v for _, v in on_replicas}))
 
 

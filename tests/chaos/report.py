@@ -51,8 +51,9 @@ def table(runs: list[dict]) -> str:
         worst = _worst(group, "fault_to_ack_max_s")
         drain = _worst(group, "heal_to_drain_s")
         lines.append(f"| {fault} | {profile}, {workload} | {len(group)} | {'/'.join(f'{d:g}' for d in durations)} | "
-                     f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | {lost} | {duplicates} ({unexplained}) | "
-                     f"{order} | {commits:,} | {moved_back} | {sum(not r['ok'] for r in group)} | {_seconds(worst)} | {_seconds(drain)} |")
+                     f"{sum(r.get('faults', 0) for r in group)} | {sum(r.get('acked', 0) for r in group):,} | "
+                     f"{lost} | {duplicates} ({unexplained}) | {order} | {commits:,} | {moved_back} | "
+                     f"{sum(not r['ok'] for r in group)} | {_seconds(worst)} | {_seconds(drain)} |")
     return "\n".join(lines)
 
 

@@ -267,7 +267,7 @@ def main() -> int:
     base = opts.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
     seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
     failed = 0
-    for number in range(opts.count):
+    for _ in range(opts.count):
         for fault in faults:
             directory = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{fault}-{seed}"
             try:

@@ -71,7 +71,7 @@ def test_acknowledged_messages_survive_sigkill(start_cluster):
     broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
     rng = random.Random(SEED)
     acked: dict[tuple[int, int], bytes] = {}
-    for round_number in range(ROUNDS):
+    for _ in range(ROUNDS):
         stop = threading.Event()
         sender = threading.Thread(target=send_until_broken, args=(broker["address"], rng, acked, stop))
         sender.start()

@@ -406,7 +406,8 @@ def test_a_master_that_finds_its_log_damaged_gives_the_role_to_a_sound_slave(gro
     assert new_master is not master
     group.wait_in_sync()
     assert group.bodies(topic) == bodies
-    check_for(SETTLE_S, 0.2, lambda: logs_match(group, master, new_master), "the old master's log ends as the new one's")
+    check_for(SETTLE_S, 0.2, lambda: logs_match(group, master, new_master),
+              "the old master's log ends as the new one's")
 
 
 def lose_store(broker: dict) -> None:
@@ -742,7 +743,7 @@ def test_twenty_master_faults_under_load_lose_no_acknowledged_send(group):
         for round_number in range(20):
             master = group.master()
             acknowledged_before = len(sender.acknowledged)
-            check_for(FAILOVER_S, 0.05, lambda: len(sender.acknowledged) > acknowledged_before,
+            check_for(FAILOVER_S, 0.05, lambda before=acknowledged_before: len(sender.acknowledged) > before,
                       f"sends acknowledged before fault {round_number} (so far {sender.statuses})")
             paused = round_number % 2 == 1
             if paused:

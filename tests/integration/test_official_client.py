@@ -107,7 +107,7 @@ def test_acked_sends_survive_broker_restart(cluster):
     # application's retry, as in any client after its broker restarted.
     for index in range(10):
         body = f"after-{index}".encode()
-        sent.add(check_for(20, 0.5, lambda: producer.send(official_message(topic, body)),
+        sent.add(check_for(20, 0.5, lambda body=body: producer.send(official_message(topic, body)),
                            "a send after the restart").message_id)
     consumer = simple_consumer(client_config, "G5", topic)
     try:

@@ -64,7 +64,8 @@ def run_until(queries: list, done, what: str) -> None:
 
         check_for(WAIT_S, 0.5, finished, what)
         for query in queries:
-            check_for(WAIT_S, 0.1, lambda: not query.status["isTriggerActive"], f"{query.name}'s batch committed")
+            check_for(WAIT_S, 0.1, lambda query=query: not query.status["isTriggerActive"],
+                      f"{query.name}'s batch committed")
     finally:
         for query in queries:
             query.stop()

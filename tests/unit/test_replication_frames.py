@@ -108,7 +108,8 @@ def test_round_trip_slave_to_master_and_the_sender_side_encodes_the_same_bytes()
 def test_round_trip_edge_values():
     big = (1 << 63) - 1
     cases = [
-        Handshake(big, "c" * limits.NAME_LENGTH_MAX, "b" * limits.NAME_LENGTH_MAX, big, (1 << 32) - 1, True, True, True),
+        Handshake(big, "c" * limits.NAME_LENGTH_MAX, "b" * limits.NAME_LENGTH_MAX, big, (1 << 32) - 1,
+                  True, True, True),
         Handshake(1, "c", "名前", 0, 0, False, False),
         Ack(big, big),
         Ack(0, 0),

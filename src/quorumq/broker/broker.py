@@ -166,20 +166,21 @@ class Broker:
             return False
         return True
 
-    def _allows(self, event: Event) -> bool:
+    def _next_role(self, event: Event) -> Role | None:
+        """The role `event` leads to, decided before any side effect; None when the table refuses it."""
         try:
-            transition(self.role_state, event)
+            return transition(self.role_state, event)
         except RoleRefused as refused:
             log.debug("role event refused: %s", refused)
-            return False
-        return True
+            return None
 
     async def become_master(self, epoch: int, sync_state_set: frozenset[int], sync_state_set_epoch: int) -> bool:
         """The controller elected this broker master of `epoch`; False when the epoch is not newer
         than the one this process applied, or older than the last epoch of its log (a restarted
         master may take its own last epoch again)."""
         async with self._role_change:
-            if not self._allows(Elected(epoch)) or self._older_than_log(epoch):
+            elected = self._next_role(Elected(epoch))
+            if elected is None or self._older_than_log(epoch):
                 return False
             if self.slave is not None:
                 await self.slave.stop()
@@ -197,7 +198,7 @@ class Broker:
                 self.replication = self._new_replication_master()
                 await self.replication.start()
             self._complete_sync_state_change()
-            self.role_state = transition(self.role_state, Elected(epoch))
+            self.role_state = elected
             self.topics_changed.set()  # register at once as the master
             log.warning("master of %s at epoch %d from offset %d (SyncStateSet %s)", self.config["brokerName"],
                         epoch, self.store.max_offset, sorted(sync_state_set))
@@ -206,10 +207,11 @@ class Broker:
     async def become_slave(self, epoch: int, master_id: int, master_address: str) -> bool:
         """The controller named another broker master of `epoch`; False when the epoch is older,
         or when it is the epoch this broker already follows. The caller then aligns the log with
-        the new master's (`align_with`) and follows it. An epoch older than the last of this log
+        the new master's and follows it (`align_and_follow`). An epoch older than the last of this log
         is refused too."""
         async with self._role_change:
-            if not self._allows(Follow(epoch, master_id)) or self._older_than_log(epoch):
+            following = self._next_role(Follow(epoch, master_id))
+            if following is None or self._older_than_log(epoch):
                 return False
             was_master = self.replication is not None
             if was_master:
@@ -219,7 +221,7 @@ class Broker:
             if self.slave is not None:
                 await self.slave.stop()
                 self.slave = None
-            self.role_state, self.sync_state = transition(self.role_state, Follow(epoch, master_id)), None
+            self.role_state, self.sync_state = following, None
             self.metadata_sync.pulse()  # waiting commits end: a deposed master confirms nothing more
             self.master_address = master_address
             self.topics_changed.set()
@@ -236,6 +238,20 @@ class Broker:
             return False
         log.error("refusing a role of master epoch %d: this log already holds epoch %d", epoch, self.epochs.last_epoch)
         return True
+
+    async def align_and_follow(self, epoch: int, master_address: str, master_ha_address: str,
+                               master_epochs: EpochCache, master_max_offset: int) -> int | None:
+        """As the slave of `epoch`: cut the log to where it agrees with the master's (`align_with`),
+        then replicate from the master. Taken between role changes, never in the middle of one (a
+        broker being elected must not cut its log against the master it replaces). None when the
+        role moved on (nothing done); -1 when the two logs share no epoch."""
+        async with self._role_change:
+            if self.role is not BrokerRole.SLAVE or self.master_epoch != epoch or self.slave is not None:
+                return None
+            point = self.align_with(master_epochs, master_max_offset)
+            if point >= 0:
+                self.follow(master_address, master_ha_address)
+            return point
 
     def align_with(self, master_epochs: EpochCache, master_max_offset: int) -> int:
         """Cut this slave's log and epochs back to where they agree with its master's (spec 2.9):

@@ -169,13 +169,12 @@ class ControllerLink:
                 if master_epochs.last_epoch < epoch:  # it has not taken its role yet
                     await asyncio.sleep(ALIGN_RETRY_INTERVAL_S)
                     continue
-                point = broker.align_with(master_epochs, epochs.max_offset)
-                if point < 0:
+                point = await broker.align_and_follow(epoch, master_address, epochs.ha_address, master_epochs,
+                                                      epochs.max_offset)
+                if point is not None and point < 0:
                     log.error("this log shares no epoch with master %s (%s vs %s); not replicating",
                               master_address, broker.epochs.entries, master_epochs.entries)
                     await asyncio.sleep(RETRY_INTERVAL_S * 5)
-                    continue
-                broker.follow(master_address, epochs.ha_address)
         finally:
             await channel.close()
 

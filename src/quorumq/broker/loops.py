@@ -112,7 +112,7 @@ async def copy_master_metadata(broker: Broker) -> None:
     again as soon as it has applied an answer and the master answers when a topic update or a
     commit changed something (else after SYNC_METADATA_INTERVAL_S): changes reach the slaves at
     once, and the version applied tells a controller-mode master that a change is safe
-    (Broker._replicated)."""
+    (MetadataSync.replicated, broker/metadata.py)."""
     channels: dict[str, grpc.aio.Channel] = {}
     applied = ("", "", 0)  # the master address, incarnation and version last applied
     while True:

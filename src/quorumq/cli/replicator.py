@@ -21,8 +21,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from quorumq.replicator.app import (
-        run_with_options,  # imported here: Spark is needed only by this command
-    )
+    # Imported here: Spark is needed only by this command.
+    from quorumq.replicator.app import run_with_options
 
     return run_with_options(args)

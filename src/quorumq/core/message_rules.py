@@ -73,8 +73,8 @@ def _add_user_properties(stored: dict[str, str], user: Mapping[str, str]) -> Non
         stored[key] = value
     if total > limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX:
         raise QuorumqError(Error.MESSAGE_PROPERTIES_TOO_LARGE,
-                           f"user properties exceed {limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX}"
-                           " bytes")
+                           f"user properties exceed "
+                           f"{limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX} bytes")
 
 
 def _checked_tag(tag: str) -> str:

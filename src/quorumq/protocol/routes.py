@@ -57,8 +57,8 @@ class RouteRegistry:
             # out of the routes (RocketMQ #6316: the larger state version wins).
             return pb.RegisterReply(master_address=master.registration.address,
                                     master_ha_address=master.registration.ha_address)
-        for key in [key for key, other in self.brokers.items()
-                    if key[:2] == entry.key[:2] and key != entry.key and other.registration.address == registration.address]:
+        for key in [key for key, other in self.brokers.items() if key[:2] == entry.key[:2] and key != entry.key
+                    and other.registration.address == registration.address]:
             del self.brokers[key]  # a controller-mode broker whose role, and so its id, changed
         self.brokers[entry.key] = entry
         master = self._member(registration.cluster, registration.broker_name, MASTER_ID)

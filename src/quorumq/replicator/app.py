@@ -20,7 +20,6 @@ from quorumq.replicator.jobs import Settings
 from quorumq.replicator.metrics import DriverMetrics, queue_lag
 
 PROGRESS_INTERVAL_S = 5.0
-EXIT_USAGE = 2
 
 
 def spark_session(master: str | None, app_name: str) -> Any:
@@ -107,12 +106,7 @@ def run(settings: Settings, master: str | None, metrics_address: str = "") -> in
 
 def run_with_options(args: argparse.Namespace) -> int:
     """Run the driver as `quorumq replicator run` and spark-submit name it (replicator/options.py)."""
-    try:
-        settings = options.settings(args)
-    except ValueError as error:
-        print(f"quorumq replicator: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    return run(settings, args.spark_master, args.metrics)
+    return run(options.settings(args), args.spark_master, args.metrics)
 
 
 def main(argv: list[str]) -> int:

@@ -329,8 +329,9 @@ class QueueWriter(DataSourceStreamArrowWriter):
         reports = [report for message in messages if message for report in message.queues]
         if self.options.offset_sync_topic and any(report.syncs for report in reports):
             record = {"batch": batchId, "queues": [
-                {"topic": r.topic, "sourceCluster": r.source_cluster, "sourceBroker": r.source_broker, "sourceQueueId": r.source_queue_id,
-                 "broker": r.broker, "queueId": r.queue_id, "syncs": r.syncs} for r in reports if r.syncs]}
+                {"topic": r.topic, "sourceCluster": r.source_cluster, "sourceBroker": r.source_broker,
+                 "sourceQueueId": r.source_queue_id, "broker": r.broker, "queueId": r.queue_id, "syncs": r.syncs}
+                for r in reports if r.syncs]}
             clients.send_json(self.options.access_point, self.options.offset_sync_topic, record, f"batch-{batchId}")
         if self.options.metrics_path:
             add_metrics(self.options.metrics_path, batchId, reports)
@@ -521,7 +522,9 @@ def _send_chunk(producer: Any, topic: str, destination: tuple[str, int] | None, 
         if not failed or len(failed) < len(results):  # all stored, or some refused by rule alone
             return results
         if not _retriable(failed[0].status):
-            return results if len(chunk) == 1 else _send_one_by_one(producer, topic, destination, chunk, stop_at_failure)
+            if len(chunk) == 1:
+                return results
+            return _send_one_by_one(producer, topic, destination, chunk, stop_at_failure)
         if attempt + 1 < limits.REPLICATOR_SEND_ATTEMPTS:
             time.sleep(backoff_s)
             backoff_s = min(2 * backoff_s, limits.REPLICATOR_SEND_BACKOFF_S_MAX)

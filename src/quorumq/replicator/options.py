@@ -35,6 +35,13 @@ def catalogued(parse: Callable[[str], T]) -> Callable[[str], T]:
     return argument_type
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", required=True, help="access point (name server) of the primary cluster")
     parser.add_argument("--target", required=True, help="access point (name server) of the standby cluster")
@@ -44,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the application's checkpoint directory (one subdirectory per job, status files "
                              "beside them): a local or mounted path or a file:// URL; other URLs are refused")
     parser.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
-    parser.add_argument("--on-failure", default="fail", type=catalogued(parse_failure_policy), metavar="fail|dismiss|module:function",
+    parser.add_argument("--on-failure", default="fail", type=catalogued(parse_failure_policy),
+                        metavar="fail|dismiss|module:function",
                         help="what happens to records the standby refuses after bounded retries (default fail)")
     parser.add_argument("--dedupe", action="store_true",
                         help="skip what a replayed batch already wrote (read from the standby queue's tail)")
@@ -52,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where a new checkpoint starts reading each queue (default latest)")
     parser.add_argument("--groups", nargs="*", default=[],
                         help="consumer groups whose offsets the checkpoint job translates to the standby")
-    parser.add_argument("--max-records-per-trigger", type=int, default=limits.REPLICATOR_MAX_RECORDS_PER_TRIGGER,
+    parser.add_argument("--max-records-per-trigger", type=positive_int,
+                        default=limits.REPLICATOR_MAX_RECORDS_PER_TRIGGER,
                         help="messages one micro-batch reads at most, shared fairly by the queues")
     parser.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval of replication")
     parser.add_argument("--heartbeat-seconds", type=float, default=limits.REPLICATOR_HEARTBEAT_INTERVAL_S)
@@ -63,11 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings(args: argparse.Namespace) -> "Settings":
-    """The Settings the options name; ValueError when they are inconsistent."""
+    """The Settings the parsed options name."""
     from quorumq.replicator.jobs import Settings
 
-    if args.max_records_per_trigger <= 0:
-        raise ValueError("--max-records-per-trigger must be positive")
     topics = dict(args.topics)
     return Settings(
         source=args.source, target=args.target, topics=tuple(topics), checkpoint=args.checkpoint,
