@@ -11,6 +11,7 @@ import inspect
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -306,8 +307,10 @@ class LocalCluster:
 
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
-                 base_port: int | None = None, replicas: int = 1, controllers: int = 0, zookeepers: int = 1) -> None:
+                 base_port: int | None = None, replicas: int = 1, controllers: int = 0, zookeepers: int = 1,
+                 open_files: int | None = None) -> None:
         self.directory = Path(directory)
+        self.open_files = open_files  # a soft RLIMIT_NOFILE for `up` and the processes it starts
         self.base_port = base_port or free_base_port()
         self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers),
                      "--replicas", str(replicas)]
@@ -330,7 +333,8 @@ class LocalCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.up_log, "ab") as log:
             self.up = subprocess.Popen([sys.executable, "-m", "quorumq.cli.main", "up", *self.args],
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       preexec_fn=None if self.open_files is None else self._limit_open_files)
         cluster_file = self.directory / "cluster.json"
         deadline = time.monotonic() + timeout
         while not cluster_file.exists():
@@ -341,6 +345,9 @@ class LocalCluster:
             time.sleep(0.05)
         self.info = json.loads(cluster_file.read_text())
         return self.info
+
+    def _limit_open_files(self) -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     def stop(self) -> None:
         """Stop `up` (which stops its children), then SIGKILL any process of the cluster still alive."""

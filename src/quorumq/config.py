@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from quorumq import limits
+from quorumq.core.message_rules import check_name
 from quorumq.core.retention import parse_delete_when
 from quorumq.errors import Error, QuorumqError
 
@@ -259,6 +260,8 @@ class Config:
             raise QuorumqError(Error.CONFIG_INVALID, str(exc)) from None
         if not 0 <= self._values["accessMessageInMemoryMaxRatio"] <= 100:
             raise QuorumqError(Error.CONFIG_INVALID, "accessMessageInMemoryMaxRatio must lie in 0..100")
+        for key in ("brokerClusterName", "brokerName"):  # the name server refuses others (each is also a topic)
+            check_name(self._values[key], Error.CONFIG_INVALID, key)
         queues = self._values["defaultTopicQueueNums"]
         if not 0 < queues <= limits.QUEUES_PER_TOPIC_MAX:
             raise QuorumqError(Error.CONFIG_INVALID,

@@ -11,6 +11,10 @@ MiB = 1024 * KiB
 # Names: RocketMQ's rule for topics and groups (characters %|a-zA-Z0-9_-).
 NAME_LENGTH_MAX = 127
 NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+# An error quotes at most this much of a name or other text the client sent: enough to recognise it
+# (longer than any legal name or tag), while a 10 KB name echoed whole in the status would overflow
+# the 8 KiB of metadata gRPC clients accept and fail the call with RESOURCE_EXHAUSTED instead.
+QUOTED_TEXT_MAX = 256
 
 # Messages.
 MESSAGE_BODY_BYTES_CEILING = 64 * MiB  # the largest maxMessageSize a config may ask for
@@ -74,6 +78,21 @@ RECORD_HEADER_BYTES_MAX = 4 * KiB  # fixed fields plus topic and host strings, p
 HOST_LENGTH_MAX = 255  # the born host string ("ip:port") a record carries
 CONSUME_QUEUE_SCAN_ENTRIES_MAX = 16_384  # queue entries one read examines, matched by the tag filter or not
 RETENTION_SEGMENTS_PER_RUN_MAX = 10  # commit-log segments one clean-up run deletes (deleteFileBatchMax)
+# Consume-queue files a store keeps open at once (store/consume_queue.py, OpenQueueFiles); opening one
+# more closes the least recently used, opened again on its next use. RocketMQ maps every file and has
+# no key for this. Kept open, 10,000 auto-created topics held 10,024 files and at the process's limit
+# every send failed: a quarter of the soft RLIMIT_NOFILE leaves the rest to sockets, commit-log
+# segments and the JSON stores.
+QUEUE_FILES_OPEN_SHARE = 4  # the bound is the soft RLIMIT_NOFILE divided by this
+QUEUE_FILES_OPEN_MIN = 16  # under a tiny limit still: a read or write uses one file at a time
+QUEUE_FILES_OPEN_UNLIMITED = 65_536  # the bound when the soft limit is RLIM_INFINITY (negative)
+
+
+def queue_files_open_max(soft_open_files: int) -> int:
+    """The bound on open consume-queue files under the process's soft RLIMIT_NOFILE."""
+    if soft_open_files < 0:
+        return QUEUE_FILES_OPEN_UNLIMITED
+    return max(QUEUE_FILES_OPEN_MIN, soft_open_files // QUEUE_FILES_OPEN_SHARE)
 
 
 def check_segment_size(segment_bytes: int, max_message_size: int) -> None:

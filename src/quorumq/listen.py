@@ -1,10 +1,12 @@
 """The gRPC servers' listening socket and what gRPC logs about their calls, one rule for the name
 server, broker and controller."""
 
+import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from quorumq.errors import Error, QuorumqError
 
@@ -32,6 +34,49 @@ class UndeliveredResponse(logging.Filter):
 
 
 _UNDELIVERED = UndeliveredResponse()
+log = logging.getLogger("quorumq.listen")
+
+
+class MalformedRequests(grpc.aio.ServerInterceptor):
+    """gRPC parses a request in its own code, and answers one that does not parse with UNKNOWN and
+    a traceback in the log. Here the handler parses it instead: a request that does not parse gets
+    INVALID_ARGUMENT and one log line."""
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        parse = handler.request_deserializer if handler is not None else None
+        if parse is None:
+            return handler
+        method = handler_call_details.method
+
+        async def parsed(raw: bytes, context: grpc.aio.ServicerContext) -> object:
+            try:
+                return parse(raw)
+            except DecodeError as error:
+                log.warning("%s from %s: the request does not parse (%s), answered INVALID_ARGUMENT",
+                            method, context.peer(), error)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request does not parse: {error}")
+
+        async def parsed_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
+            async for raw in raws:
+                yield await parsed(raw, context)
+
+        async def arrange(request, context):  # what the handler takes: one parsed request, or a stream of them
+            return parsed_stream(request, context) if handler.request_streaming else await parsed(request, context)
+
+        kind = next(kind for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+                    if getattr(handler, kind) is not None)
+        behavior: Callable = getattr(handler, kind)
+        if inspect.isasyncgenfunction(behavior):
+            async def answers(request, context):
+                async for response in behavior(await arrange(request, context), context):
+                    yield response
+            return handler._replace(request_deserializer=None, **{kind: answers})
+
+        async def answer(request, context):
+            result = behavior(await arrange(request, context), context)  # gRPC's own defaults are not async
+            return await result if inspect.isawaitable(result) else result
+        return handler._replace(request_deserializer=None, **{kind: answer})
 
 
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
@@ -40,7 +85,8 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
-    server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 0)], interceptors=list(interceptors) or None)
+    server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 0)],
+                             interceptors=[MalformedRequests(), *interceptors])
     try:
         server.add_insecure_port(address)
     except RuntimeError as error:

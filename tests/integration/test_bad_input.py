@@ -11,8 +11,10 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import SMALL_MESSAGE_SIZE
+from harness import SMALL_MESSAGE_SIZE, log_end, log_since
 from quorumq import limits
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +23,10 @@ def stub(small_message_cluster):
     channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
     yield v5_grpc.MessagingServiceStub(channel)
     channel.close()
+
+
+def process_of(cluster, kind):
+    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def message(topic="BadInput", body=b"x", message_type=v5.MessageType.NORMAL, **system):
@@ -135,3 +141,73 @@ def test_garbage_and_half_open_connections_do_not_stop_service(small_message_clu
     finally:
         for sock in idle:
             sock.close()
+
+
+UNPARSABLE = b"\x0a\x05ab"  # field 1, said to be 5 bytes long, of which 2 came
+RAW_CALLS = [  # (process kind, method, its shape): the v5 service and the cluster protocol's, every shape
+    ("broker", "/apache.rocketmq.v2.MessagingService/QueryRoute", "unary_unary"),
+    ("broker", "/apache.rocketmq.v2.MessagingService/ReceiveMessage", "unary_stream"),
+    ("broker", "/apache.rocketmq.v2.MessagingService/Telemetry", "stream_stream"),
+    ("broker", "/quorumq.cluster.BrokerAdmin/UpdateTopic", "unary_unary"),
+    ("broker", "/quorumq.cluster.MessageReader/PullBatch", "unary_stream"),
+    ("namesrv", "/apache.rocketmq.v2.MessagingService/QueryRoute", "unary_unary"),
+    ("namesrv", "/quorumq.cluster.NameServer/RegisterBroker", "unary_unary"),
+]
+
+
+def test_a_request_that_does_not_parse_is_invalid_argument_in_one_log_line(small_message_cluster, stub):
+    processes = {kind: process_of(small_message_cluster, kind) for kind in ("broker", "namesrv")}
+    logged_before = {kind: log_end(process) for kind, process in processes.items()}
+    for kind, method, shape in RAW_CALLS:
+        with grpc.insecure_channel(processes[kind]["address"]) as channel:
+            call = getattr(channel, shape)(method, request_serializer=lambda raw: raw)
+            request = iter([UNPARSABLE]) if shape.startswith("stream") else UNPARSABLE
+            with pytest.raises(grpc.RpcError) as failed:
+                answer = call(request, timeout=10)
+                if shape.endswith("stream"):
+                    list(answer)
+            assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, failed.value)
+            assert "does not parse" in failed.value.details()
+    for kind, process in processes.items():
+        logged = log_since(process, logged_before[kind])
+        assert "Traceback" not in logged, logged
+        assert logged.count("does not parse") == sum(1 for call in RAW_CALLS if call[0] == kind), logged
+    assert send(stub, message(body=b"still serving")).status.code == v5.Code.OK
+
+
+def test_query_offset_at_a_timestamp_out_of_range_is_a_bad_request(stub):
+    assert send(stub, message(topic="OffsetByTime")).status.code == v5.Code.OK
+    answer = stub.QueryOffset(v5s.QueryOffsetRequest(
+        message_queue=v5.MessageQueue(topic=v5.Resource(name="OffsetByTime"), id=0),
+        query_offset_policy=v5.QueryOffsetPolicy.TIMESTAMP, timestamp={"seconds": -2**62}), timeout=10)
+    assert answer.status.code == v5.Code.BAD_REQUEST, answer.status.message
+    assert "Timestamp is not valid" in answer.status.message
+
+
+def test_an_error_quotes_a_long_name_cut_short(small_message_cluster, stub):
+    name = "x y" * 4000  # 12 KB, illegal: quoted whole, the cluster protocol's status outgrows gRPC's metadata
+    answer = stub.QueryRoute(v5s.QueryRouteRequest(topic=v5.Resource(name=name)), timeout=10)
+    assert answer.status.code == v5.Code.ILLEGAL_TOPIC
+    assert len(answer.status.message) < 2 * limits.QUOTED_TEXT_MAX and "12000 characters" in answer.status.message
+    with grpc.insecure_channel(process_of(small_message_cluster, "broker")["address"]) as channel:
+        with pytest.raises(grpc.RpcError) as failed:
+            pb_grpc.BrokerAdminStub(channel).UpdateTopic(pb.TopicConfig(name=name, read_queue_nums=1,
+                                                                        write_queue_nums=1, perm=6), timeout=10)
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, failed.value
+    assert "12000 characters" in failed.value.details()
+
+
+@pytest.mark.parametrize("field", ["cluster", "broker_name"])
+def test_the_name_server_refuses_control_characters_in_names(small_message_cluster, field):
+    namesrv = process_of(small_message_cluster, "namesrv")
+    logged_before = log_end(namesrv)
+    names = {"cluster": "DefaultCluster", "broker_name": "evil", field: "evil\n\x1b[31mforged line"}
+    with grpc.insecure_channel(namesrv["address"]) as channel:
+        names_server = pb_grpc.NameServerStub(channel)
+        for call in (names_server.RegisterBroker, names_server.UnregisterBroker):
+            with pytest.raises(grpc.RpcError) as failed:
+                call(pb.BrokerRegistration(broker_id=0, address="127.0.0.1:1", role="ASYNC_MASTER", **names),
+                     timeout=10)
+            assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, failed.value
+        assert "\x1b" not in log_since(namesrv, logged_before)
+        assert "evil" not in pb_grpc.NameServerStub(channel).GetClusterInfo(pb.Empty(), timeout=10).__str__()

@@ -35,7 +35,8 @@ def test_key_of_another_kind_is_only_warned():
 def test_bad_values_are_rejected():
     for key, value in (("brokerRole", "MASTER"), ("listenPort", "x"), ("autoCreateTopicEnable", "yes"),
                        ("deleteWhen", "25"), ("maxMessageSize", "0"), ("accessMessageInMemoryMaxRatio", "101"),
-                       ("initPopOffsetByCheckMsgInMem", "1")):
+                       ("initPopOffsetByCheckMsgInMem", "1"), ("brokerName", "broker.a"),
+                       ("brokerClusterName", "my cluster")):
         with pytest.raises(QuorumqError):
             Config(Kind.BROKER, {key: value})
 

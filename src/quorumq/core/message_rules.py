@@ -16,11 +16,18 @@ _NAME = re.compile(limits.NAME_PATTERN)
 _checked_names: set[str] = set()  # names that passed: the rule is the same for topics and groups
 
 
+def quoted(text: str) -> str:
+    """`text` as an error quotes it: escaped, and cut at QUOTED_TEXT_MAX characters with an ellipsis."""
+    if len(text) <= limits.QUOTED_TEXT_MAX:
+        return repr(text)
+    return f"{text[:limits.QUOTED_TEXT_MAX]!r}... ({len(text)} characters)"
+
+
 def check_name(name: str, error: Error, what: str) -> str:
     if name in _checked_names:
         return name
     if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.fullmatch(name):  # `$` passes a final newline
-        raise QuorumqError(error, f"{what} {name!r} must be 1..{limits.NAME_LENGTH_MAX} characters of "
+        raise QuorumqError(error, f"{what} {quoted(name)} must be 1..{limits.NAME_LENGTH_MAX} characters of "
                                   "%|a-zA-Z0-9_-")
     if len(_checked_names) >= limits.TOPICS_MAX:
         _checked_names.clear()
@@ -66,7 +73,7 @@ def _add_user_properties(stored: dict[str, str], user: Mapping[str, str]) -> Non
     # Sorted: a protobuf map iterates in no fixed order, and equal messages must be equal bytes.
     for key, value in sorted(user.items()):
         if not key or key in properties.RESERVED:
-            raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {quoted(key)} is reserved or empty")
         _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property key")
         _check_text(value, limits.PROPERTIES_BYTES_MAX, Error.ILLEGAL_MESSAGE_PROPERTY_KEY, "a property value")
         total += len(key) + len(value) + 2
@@ -79,7 +86,7 @@ def _add_user_properties(stored: dict[str, str], user: Mapping[str, str]) -> Non
 
 def _checked_tag(tag: str) -> str:
     if not tag.strip() or "|" in tag:
-        raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} must be non-blank without '|'")
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_TAG, f"tag {quoted(tag)} must be non-blank without '|'")
     _check_text(tag, limits.TAG_LENGTH_MAX, Error.ILLEGAL_MESSAGE_TAG, "a tag")
     return tag
 
@@ -89,6 +96,6 @@ def _checked_keys(keys: Sequence[str]) -> str:
         raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"more than {limits.KEYS_PER_MESSAGE_MAX} keys")
     for key in keys:
         if not key.strip() or " " in key:
-            raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {key!r} must be non-blank without spaces")
+            raise QuorumqError(Error.ILLEGAL_MESSAGE_KEY, f"key {quoted(key)} must be non-blank without spaces")
         _check_text(key, limits.KEY_LENGTH_MAX, Error.ILLEGAL_MESSAGE_KEY, "a key")
     return " ".join(keys)

@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq import limits
 from quorumq.core import properties
-from quorumq.core.message_rules import check_body, stored_properties
+from quorumq.core.message_rules import check_body, quoted, stored_properties
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.v5 import resource, topic_name
 from quorumq.store import MessageIn
@@ -96,5 +96,5 @@ def tag_filter(expression: v5.FilterExpression) -> frozenset[str] | None:
         return None
     tags = frozenset(part.strip() for part in text.split("||") if part.strip())
     if not tags:
-        raise QuorumqError(Error.ILLEGAL_FILTER_EXPRESSION, f"tag expression {text!r} selects nothing")
+        raise QuorumqError(Error.ILLEGAL_FILTER_EXPRESSION, f"tag expression {quoted(text)} selects nothing")
     return tags

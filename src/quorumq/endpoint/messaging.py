@@ -413,7 +413,11 @@ class MessagingService(UnservedMessagingService):
         elif policy == v5.QueryOffsetPolicy.END:
             offset = store.queue_max_offset(topic, queue_id)
         else:
-            offset = store.offset_for_timestamp(topic, queue_id, request.timestamp.ToMilliseconds())
+            try:
+                timestamp_ms = request.timestamp.ToMilliseconds()
+            except ValueError as error:  # seconds outside years 1..9999, or nanos outside 0..999,999,999
+                raise QuorumqError(Error.BAD_REQUEST, f"QueryOffset: {error}") from None
+            offset = store.offset_for_timestamp(topic, queue_id, timestamp_ms)
         return v5s.QueryOffsetResponse(status=OK, offset=offset)
 
     # Not built yet: refused with a clear code rather than half-served (the rest of v5.NOT_BUILT

@@ -9,6 +9,7 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.message_rules import check_name
 from quorumq.errors import Error, QuorumqError
 from quorumq.metrics import Families, RpcLatency
 from quorumq.protocol import v5
@@ -24,9 +25,11 @@ class NameServerService(pb_grpc.NameServerServicer):
         self.clock = clock
 
     async def RegisterBroker(self, request, context):
+        await _check_names(request, context)
         return self.registry.register(request, self.clock.monotonic_ms())
 
     async def UnregisterBroker(self, request, context):
+        await _check_names(request, context)
         self.registry.unregister(request.cluster, request.broker_name, request.broker_id)
         log.info("broker %s/%s id %d unregistered", request.cluster, request.broker_name, request.broker_id)
         return pb.Empty()
@@ -49,6 +52,16 @@ class NameServerService(pb_grpc.NameServerServicer):
     async def DeleteTopic(self, request, context):
         self.registry.delete_topic(request.topic)
         return pb.Empty()
+
+
+async def _check_names(registration: pb.BrokerRegistration, context) -> None:
+    """Cluster and broker names keep the topics' rule, as in RocketMQ, where each is also a topic's
+    name: then no name the log or a route shows carries control characters or spaces."""
+    try:
+        check_name(registration.cluster, Error.BAD_REQUEST, "cluster name")
+        check_name(registration.broker_name, Error.BAD_REQUEST, "broker name")
+    except QuorumqError as error:
+        await abort(context, error)
 
 
 class RouteOnlyMessagingService(v5.UnservedMessagingService):

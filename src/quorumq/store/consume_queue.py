@@ -5,13 +5,18 @@ Entry `queue_offset` sits at byte `(queue_offset - file.start) * 20` of the file
 (no preallocation: a broker may hold thousands of queues), so the entry count is the file size / 20.
 The last file is never deleted, so a queue keeps its max offset when retention empties it.
 
-Threads: the event-loop thread writes and deletes; the checkpoint thread syncs the files listed in
-`DirtyFiles`, holding `file_lock` so that no descriptor is closed under it.
+Descriptors: at most a bound of files are open at once (`OpenQueueFiles`, limits.queue_files_open_max);
+opening one more closes the least recently used, which opens again on its next use. A file closed
+with unsynced writes stays in `DirtyFiles`, and the checkpoint opens it again to sync it.
+
+Threads: the event-loop thread writes, deletes, opens and closes; the checkpoint thread syncs the
+files listed in `DirtyFiles`, holding the `OpenQueueFiles` lock so that no descriptor is closed under it.
 """
 
 import os
 import struct
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +32,55 @@ _TAIL_READ_ENTRIES = 4096
 class QueueFile:
     start: int
     path: Path
-    fd: int = -1  # opened on first use
+    fd: int = -1  # opened on use, closed when it is the least recently used of too many
+
+
+class OpenQueueFiles:
+    """The consume-queue files with an open descriptor, at most `bound`, least recently used first."""
+
+    def __init__(self, bound: int) -> None:
+        assert bound >= 1, bound
+        self.bound = bound
+        self.lock = threading.Lock()  # held to close a descriptor and to sync one
+        self._recent: OrderedDict[QueueFile, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def fd(self, queue_file: QueueFile) -> int:
+        """The file's descriptor, opened (closing the least recently used past the bound) if need be."""
+        if queue_file.fd >= 0:
+            self._recent.move_to_end(queue_file)
+            return queue_file.fd
+        while len(self._recent) >= self.bound:
+            self.close(next(iter(self._recent)))
+        queue_file.fd = os.open(queue_file.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._recent[queue_file] = None
+        return queue_file.fd
+
+    def close(self, queue_file: QueueFile) -> None:
+        with self.lock:
+            if queue_file.fd >= 0:
+                os.close(queue_file.fd)
+                queue_file.fd = -1
+        self._recent.pop(queue_file, None)
+
+    def sync(self, queue_file: QueueFile) -> None:
+        """fdatasync the file (checkpoint thread). One closed since its writes is opened again for
+        it: the unsynced pages belong to the file, not the descriptor, and Linux reports a write-back
+        error no descriptor has seen to one opened after it. One deleted has nothing left to sync."""
+        with self.lock:
+            if queue_file.fd >= 0:
+                os.fdatasync(queue_file.fd)
+                return
+            try:
+                fd = os.open(queue_file.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
 
 
 class DirtyFiles:
@@ -54,7 +107,7 @@ class DirtyFiles:
 
 
 class ConsumeQueue:
-    def __init__(self, directory: Path, entries_per_file: int, file_lock: threading.Lock,
+    def __init__(self, directory: Path, entries_per_file: int, open_files: OpenQueueFiles,
                  dirty: DirtyFiles) -> None:
         self.directory = directory
         self.entries_per_file = entries_per_file
@@ -63,7 +116,7 @@ class ConsumeQueue:
         self.max_offset = 0  # one past the last entry written
         self.next_offset = 0  # one past the last entry staged
         self._staged = bytearray()
-        self._file_lock = file_lock
+        self._open_files = open_files
         self._dirty = dirty
 
     def load(self) -> None:
@@ -158,14 +211,11 @@ class ConsumeQueue:
             self._dirty.mark_directory(directory.parent)
 
     def _open(self, queue_file: QueueFile) -> int:
-        if queue_file.fd < 0:
-            queue_file.fd = os.open(queue_file.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return queue_file.fd
+        return self._open_files.fd(queue_file)
 
     def mark_written_since(self, commit_log_offset: int) -> None:
         """List for the next sync the files that may hold entries of records from `commit_log_offset`."""
         for queue_file in reversed(self.files):
-            self._open(queue_file)
             self._dirty.mark_file(queue_file)
             if queue_file.start < self.max_offset and self.entry_at(queue_file.start)[0] < commit_log_offset:
                 break
@@ -244,19 +294,13 @@ class ConsumeQueue:
                                                   lambda entry: entry[0] >= commit_log_min)
 
     def _delete_file(self, queue_file: QueueFile) -> None:
-        self._close(queue_file)
+        self._open_files.close(queue_file)
         queue_file.path.unlink(missing_ok=True)
         self._dirty.mark_directory(self.directory)
 
-    def _close(self, queue_file: QueueFile) -> None:
-        with self._file_lock:
-            if queue_file.fd >= 0:
-                os.close(queue_file.fd)
-                queue_file.fd = -1
-
     def close(self) -> None:
         for queue_file in self.files:
-            self._close(queue_file)
+            self._open_files.close(queue_file)
 
     def delete(self) -> None:
         """Remove every file of the queue and its directory."""

@@ -8,14 +8,16 @@ bytes below them are written, and hold locks while they sync descriptors.
 
 import logging
 import os
+import resource
 import threading
 from pathlib import Path
 
+from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.errors import Error, QuorumqError
 from quorumq.store.checkpoint import Checkpoint, save_checkpoint
 from quorumq.store.commit_log import CommitLog, fsync_directory
-from quorumq.store.consume_queue import ConsumeQueue, DirtyFiles
+from quorumq.store.consume_queue import ConsumeQueue, DirtyFiles, OpenQueueFiles
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,8 @@ class StoreState:
         self.entries_per_file = consume_queue_entries_per_file
         self.commit_log = CommitLog(root / "commitlog", segment_bytes)
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
-        self.queue_file_lock = threading.Lock()
+        soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.queue_files = OpenQueueFiles(limits.queue_files_open_max(soft_open_files))
         self.dirty = DirtyFiles()
         self.flush_lock = threading.Lock()
         self.checkpoint_lock = threading.Lock()
@@ -79,7 +82,7 @@ class StoreState:
 
     def new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id), self.entries_per_file,
-                             self.queue_file_lock, self.dirty)
+                             self.queue_files, self.dirty)
         self.queues.setdefault(topic, {})[queue_id] = queue
         return queue
 
@@ -135,9 +138,7 @@ class StoreState:
         files, directories = self.dirty.take()
         try:
             while files:
-                with self.queue_file_lock:
-                    if files[-1].fd >= 0:  # a closed file was deleted; nothing to sync
-                        os.fdatasync(files[-1].fd)
+                self.queue_files.sync(files[-1])
                 files.pop()
             while directories:
                 if directories[-1].is_dir():
