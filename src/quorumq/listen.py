@@ -42,41 +42,54 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     a traceback in the log. Here the handler parses it instead: a request that does not parse gets
     INVALID_ARGUMENT and one log line."""
 
+    def __init__(self) -> None:
+        # method -> its handler, wrapped once: a method's handler is the same for every call (the
+        # interceptors behind this one, RpcLatency, keep their per-call state inside the call).
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
     async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        parse = handler.request_deserializer if handler is not None else None
-        if parse is None:
-            return handler
         method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            if handler is None or handler.request_deserializer is None:
+                return handler
+            wrapped = self._wrapped[method] = _parsing_in_handler(handler, method)
+        return wrapped
 
-        async def parsed(raw: bytes, context: grpc.aio.ServicerContext) -> object:
-            try:
-                return parse(raw)
-            except DecodeError as error:
-                log.warning("%s from %s: the request does not parse (%s), answered INVALID_ARGUMENT",
-                            method, context.peer(), error)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request does not parse: {error}")
 
-        async def parsed_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
-            async for raw in raws:
-                yield await parsed(raw, context)
+def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """The handler with its request parsed in the call: INVALID_ARGUMENT when it does not parse."""
+    parse = handler.request_deserializer
 
-        async def arrange(request, context):  # what the handler takes: one parsed request, or a stream of them
-            return parsed_stream(request, context) if handler.request_streaming else await parsed(request, context)
+    async def parsed(raw: bytes, context: grpc.aio.ServicerContext) -> object:
+        try:
+            return parse(raw)
+        except DecodeError as error:
+            log.warning("%s from %s: the request does not parse (%s), answered INVALID_ARGUMENT",
+                        method, context.peer(), error)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request does not parse: {error}")
 
-        kind = next(kind for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-                    if getattr(handler, kind) is not None)
-        behavior: Callable = getattr(handler, kind)
-        if inspect.isasyncgenfunction(behavior):
-            async def answers(request, context):
-                async for response in behavior(await arrange(request, context), context):
-                    yield response
-            return handler._replace(request_deserializer=None, **{kind: answers})
+    async def parsed_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
+        async for raw in raws:
+            yield await parsed(raw, context)
 
-        async def answer(request, context):
-            result = behavior(await arrange(request, context), context)  # gRPC's own defaults are not async
-            return await result if inspect.isawaitable(result) else result
-        return handler._replace(request_deserializer=None, **{kind: answer})
+    async def arrange(request, context):  # what the handler takes: one parsed request, or a stream of them
+        return parsed_stream(request, context) if handler.request_streaming else await parsed(request, context)
+
+    kind = next(kind for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+                if getattr(handler, kind) is not None)
+    behavior: Callable = getattr(handler, kind)
+    if inspect.isasyncgenfunction(behavior):
+        async def answers(request, context):
+            async for response in behavior(await arrange(request, context), context):
+                yield response
+        return handler._replace(request_deserializer=None, **{kind: answers})
+
+    async def answer(request, context):
+        result = behavior(await arrange(request, context), context)  # gRPC's own defaults are not async
+        return await result if inspect.isawaitable(result) else result
+    return handler._replace(request_deserializer=None, **{kind: answer})
 
 
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
