@@ -82,7 +82,8 @@ RETENTION_SEGMENTS_PER_RUN_MAX = 10  # commit-log segments one clean-up run dele
 # more closes the least recently used, opened again on its next use. RocketMQ maps every file and has
 # no key for this. Kept open, 10,000 auto-created topics held 10,024 files and at the process's limit
 # every send failed: a quarter of the soft RLIMIT_NOFILE leaves the rest to sockets, commit-log
-# segments and the JSON stores.
+# segments and the JSON stores. (The checkpoint thread briefly opens one more, to sync a file closed since
+# its writes.)
 QUEUE_FILES_OPEN_SHARE = 4  # the bound is the soft RLIMIT_NOFILE divided by this
 QUEUE_FILES_OPEN_MIN = 16  # under a tiny limit still: a read or write uses one file at a time
 QUEUE_FILES_OPEN_UNLIMITED = 65_536  # the bound when the soft limit is RLIM_INFINITY (negative)
