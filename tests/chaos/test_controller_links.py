@@ -54,6 +54,12 @@ def test_a_master_cut_off_from_its_configured_controller_addresses_is_replaced(t
                                                if broker is not master), "another broker elected")
 
 
+def holds_without(master_status: dict[str, str], broker_id: int) -> bool:
+    """Whether the master has settled on a SyncStateSet without `broker_id` (no change pending)."""
+    members = master_status["syncStateSet"].split(",")
+    return str(broker_id) not in members and not master_status["syncStateSetPending"]
+
+
 def test_a_set_change_whose_answer_was_lost_keeps_every_send_on_the_brokers_the_controller_may_elect(tmp_path):
     """The controller takes slave S back into the set, but the master never hears so (its
     controller links pass requests and hold answers). S then stops. A send the master
@@ -69,6 +75,10 @@ def test_a_set_change_whose_answer_was_lost_keeps_every_send_on_the_brokers_the_
         try:
             check_for(SETTLE_S, 0.2, lambda: joining_id not in group.replica_info()["sync_state_set"],
                       "the stopped slave out of the SyncStateSet")
+            # and the master holding that answer: one still in flight when the links go down
+            # leaves the shrink pending, and a master with a change pending proposes no other
+            check_for(SETTLE_S, 0.2, lambda: holds_without(group.status(master), joining_id),
+                      "the master holding the set without the stopped slave")
             network.impair(network.links_of(master["address"], "controllers"), frozenset({DOWN}))
             logged = log_end(master)
             os.kill(joining["pid"], signal.SIGCONT)
