@@ -132,9 +132,10 @@ class Network:
         async def close_all():
             for link in self.links():
                 link.server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # ended before the loop stops: no warnings
         asyncio.run_coroutine_threadsafe(close_all(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
