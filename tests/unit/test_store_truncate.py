@@ -2,8 +2,12 @@
 master (spec rocketmq-ha.md 2.9, #10666: durable before the handshake goes on)."""
 
 import pytest
-from test_store_recovery import TOPICS, all_messages, assert_holds_exactly, fill
-from test_store_support import crash_copy, message, open_store, segment_files
+from test_store_recovery import TOPICS, all_messages, assert_holds_exactly, damage, fill, first_queue_file
+from test_store_retention import NOW, fill_segments
+from test_store_support import ManualClock, crash_copy, message, open_store, segment_files
+
+from quorumq.store.consume_queue import ENTRY
+from quorumq.store.retention import HOUR_MS
 
 
 @pytest.fixture
@@ -63,3 +67,52 @@ def test_only_a_record_start_within_the_log_is_accepted(store):
     assert_holds_exactly(store, stored)
     store.truncate(store.max_offset)  # cutting nothing is allowed
     assert_holds_exactly(store, stored)
+
+
+def point_entry_at(root, topic: str, queue_id: int, queue_offset: int, entry: tuple[int, int, int]) -> None:
+    """Overwrite one consume-queue entry (the queue's first file holds every entry here)."""
+    damage(first_queue_file(root, topic, queue_id), queue_offset * ENTRY.size, ENTRY.pack(*entry))
+
+
+def test_a_damaged_entry_pointing_below_the_cut_does_not_keep_the_entries_past_it(store):
+    """The F10 follow-up: the cut dropped entries from the end back to the first pointing below
+    it, so a damaged last entry kept every entry past the cut before it."""
+    stored = fill(store, seed=5)
+    keep = len(stored) // 2
+    past = [m for m in stored[keep:] if (m.topic, m.queue_id) == (TOPICS[0], 0)]
+    assert len(past) >= 2
+    point_entry_at(store.root, TOPICS[0], 0, past[-1].queue_offset, (0, stored[0].store_size, 0))
+    store.truncate(cut_point(stored, keep))
+    assert_holds_exactly(store, stored[:keep])
+    appended = store.append([message(9999, topic=TOPICS[0], queue_id=0)])
+    assert appended.offsets[0][1] == past[0].queue_offset  # the master's next record of the queue fits
+
+
+def test_a_cut_keeps_the_offsets_of_a_queue_whose_records_retention_took(tmp_path):
+    clock = ManualClock(NOW)
+    store = open_store(tmp_path / "s", clock)
+    try:
+        for i in range(30):
+            store.append([message(i, topic="OLD", body_bytes=3000)])
+        index = fill_segments(store, 3, 100)
+        clock.now = NOW + 50 * HOUR_MS
+        fill_segments(store, 6, index)
+        assert store.clean_expired(clock.now, reserved_hours=40, force=False) >= 2
+        assert store.queue_min_offset("OLD", 0) == store.queue_max_offset("OLD", 0) == 30
+        last = store.get_messages("T", 0, store.queue_max_offset("T", 0) - 1, 1, 1 << 20).messages[0]
+        store.truncate(last.commit_log_offset)
+        assert store.queue_max_offset("OLD", 0) == 30  # not taken back to 0: its consumers' offsets hold
+    finally:
+        store.close()
+
+
+def test_a_cut_inside_a_topic_made_again_keeps_the_new_life_below_it(store):
+    store.append([message(i, topic="A") for i in range(3)])
+    store.delete_topic("A")
+    for i in range(4):
+        store.append([message(100 + i, topic="A")])
+    cut = store.get_messages("A", 0, 2, 1, 1 << 20).messages[0].commit_log_offset
+    store.truncate(cut)
+    assert (store.queue_min_offset("A", 0), store.queue_max_offset("A", 0)) == (0, 2)
+    assert [m.body for m in store.get_messages("A", 0, 0, 10, 1 << 20).messages] == [
+        message(100).body, message(101).body]

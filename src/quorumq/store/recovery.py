@@ -154,6 +154,39 @@ def scan_commit_log(commit_log: CommitLog, start: int, durable_offset: int, visi
     return ScanResult(offset, False, 0, corrupt_offset)
 
 
+def points_at_its_record(commit_log: CommitLog, entry: tuple[int, int, int], topic: str, queue_id: int,
+                         queue_offset: int | None = None) -> bool:
+    """Whether a consume-queue entry points at a whole record of its queue (and offset)."""
+    offset, size, _ = entry
+    if size < HEADER.size or commit_log.segment_at(offset) is None:
+        return False
+    data = commit_log.read(offset, size)
+    segment_end = commit_log.segment_start(offset) + commit_log.segment_bytes
+    if check_frame(data, 0, segment_end - offset, offset) != (Frame.MESSAGE, size):
+        return False
+    fields = codec.dispatch_fields(data, 0)
+    return (fields.topic, fields.queue_id) == (topic, queue_id) and queue_offset in (None, fields.queue_offset)
+
+
+def cut_queue_tail(commit_log: CommitLog, queue: ConsumeQueue, topic: str, queue_id: int, end: int) -> None:
+    """Cut a queue to the log cut at `end` (a slave's truncation): drop its entries past `end`,
+    then while its last entry does not point at the record of its own queue and offset. A damaged
+    entry that points low would otherwise keep itself and every entry before it, and the slave
+    would refuse its master's records of that queue (reliability spec F10). Entries whose records
+    retention took lie below the queue's min offset, which the walk never passes."""
+    queue.truncate_beyond(end)
+    kept = queue.max_offset
+    while kept > queue.min_offset:
+        entry = queue.entry_at(kept - 1)
+        if entry[0] + entry[1] <= end and points_at_its_record(commit_log, entry, topic, queue_id, kept - 1):
+            break
+        kept -= 1
+    if kept < queue.max_offset:
+        log.error("consume queue %s/%d: entries %d to %d point at no record of theirs; dropped",
+                  topic, queue_id, kept, queue.max_offset - 1)
+        queue.truncate(kept)
+
+
 class Recovery:
     """Open (recovering from an unclean exit), close and truncate a store."""
 
@@ -307,8 +340,8 @@ class Recovery:
             save_checkpoint(state.root / "checkpoint", state.last_checkpoint)
             state.commit_log.cut_after(offset)
             fsync_directory(state.commit_log.directory)
-            for queue in state.all_queues():
-                queue.truncate_beyond(offset)
+            for (topic, queue_id), queue in state.keyed_queues():
+                cut_queue_tail(state.commit_log, queue, topic, queue_id, offset)
         state.checkpoint()
         log.warning("commit log truncated to %d", offset)
 
@@ -378,24 +411,12 @@ class Redispatcher:
         say: the queue's records before `dispatch_from` are then left unchecked rather than
         misjudged."""
         if key not in self._first_records:
-            entry = queue.entry_at(queue.min_offset) if queue.min_offset < queue.max_offset else None
-            self._first_records[key] = (entry[0] if entry is not None and self._points_at_its_record(entry, *key)
-                                        else self._dispatch_from)
+            self._first_records[key] = self._dispatch_from
+            if queue.min_offset < queue.max_offset:
+                entry = queue.entry_at(queue.min_offset)
+                if points_at_its_record(self._state.commit_log, entry, *key):
+                    self._first_records[key] = entry[0]
         return self._first_records[key]
-
-    def _points_at_its_record(self, entry: tuple[int, int, int], topic: str, queue_id: int,
-                              queue_offset: int | None = None) -> bool:
-        """Whether a consume-queue entry points at a whole record of its queue (and offset)."""
-        commit_log = self._state.commit_log
-        offset, size, _ = entry
-        if size < HEADER.size or commit_log.segment_at(offset) is None:
-            return False
-        data = commit_log.read(offset, size)
-        segment_end = commit_log.segment_start(offset) + commit_log.segment_bytes
-        if check_frame(data, 0, segment_end - offset, offset) != (Frame.MESSAGE, size):
-            return False
-        fields = codec.dispatch_fields(data, 0)
-        return (fields.topic, fields.queue_id) == (topic, queue_id) and queue_offset in (None, fields.queue_offset)
 
     def _verify(self, queue: ConsumeQueue, offset: int, size: int, fields: codec.RecordFields) -> None:
         if not queue.min_offset <= fields.queue_offset < queue.max_offset:
@@ -404,8 +425,8 @@ class Redispatcher:
         found = self._entry(queue, (fields.topic, fields.queue_id), fields.queue_offset)
         if found == entry:
             return
-        if found[0] != offset and self._points_at_its_record(found, fields.topic, fields.queue_id,
-                                                             fields.queue_offset):
+        if found[0] != offset and points_at_its_record(self._state.commit_log, found, fields.topic,
+                                                       fields.queue_id, fields.queue_offset):
             # Another record of this life of the queue holds that offset: this one's is damaged.
             # (An entry that points at this record but differs is damaged itself: its tag hash.)
             log.error("commit log: the record at %d claims queue offset %d of %s/%d, which the record at %d "

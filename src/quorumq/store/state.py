@@ -80,6 +80,10 @@ class StoreState:
     def all_queues(self) -> list[ConsumeQueue]:
         return [queue for queues in self.queues.values() for queue in queues.values()]
 
+    def keyed_queues(self) -> list[tuple[tuple[str, int], ConsumeQueue]]:
+        return [((topic, queue_id), queue) for topic, queues in self.queues.items()
+                for queue_id, queue in queues.items()]
+
     def new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(self.root / "consumequeue" / topic / str(queue_id), self.entries_per_file,
                              self.queue_files, self.dirty)
