@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator clean
+.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -76,6 +76,7 @@ bench: setup
 	$(MAKE) --no-print-directory bench-failover
 	$(MAKE) --no-print-directory bench-client-failover
 	$(MAKE) --no-print-directory bench-replicator
+	$(MAKE) --no-print-directory bench-topics
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 # BEFORE=COMMIT measures that commit's code beside this checkout's, interleaved, in one run.
@@ -97,6 +98,14 @@ bench-client-failover: setup
 # The Spark replicator against one Python process that pulls and sends (about 5 minutes).
 bench-replicator: setup
 	$(PY) bench/bench_replicator.py
+
+# Creating topics and consumer groups on one broker while a producer sends (issue 19): BEFORE's code
+# (default dee820f) creating 2,000 topics and groups beside this checkout's creating 10,000 of each,
+# in one run. ARGS adds options of bench/bench_topics.py (e.g. ARGS="--topics 300 --groups 300").
+bench-topics: setup
+	rm -rf bench/work/before && git worktree add --force --detach bench/work/before $(or $(BEFORE),dee820f) >/dev/null
+	$(PY) bench/bench_topics.py --wait-quiet 30 --before bench/work/before/src $(ARGS)
+	git worktree remove --force bench/work/before
 
 clean:
 	rm -rf run .pytest_cache

@@ -796,12 +796,7 @@ class Bench:
     def run(self):
         parts = self.opts.parts
         started = time.monotonic()
-        if self.opts.wait_quiet:
-            print(f"waiting up to {self.opts.wait_quiet:g} s for idle cpus ...", flush=True)
-            common.wait_quiet(self.opts.wait_quiet)
-        load1 = float(Path("/proc/loadavg").read_text().split()[0])
-        if load1 > 0.5:
-            self.notes.append(f"load average {load1:.2f} when the bench started: other work shares these cpus")
+        self.notes += common.settle(self.opts.wait_quiet)
         try:
             for round_index in range(self.opts.repeat):
                 self.round = round_index

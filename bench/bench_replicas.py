@@ -619,12 +619,7 @@ class Bench(bf.Bench):
     def run(self):
         parts, opts = self.opts.parts, self.opts
         started = time.monotonic()
-        if opts.wait_quiet:
-            print(f"waiting up to {opts.wait_quiet:g} s for idle cpus ...", flush=True)
-            common.wait_quiet(opts.wait_quiet)
-        load1 = float(Path("/proc/loadavg").read_text().split()[0])
-        if load1 > 0.5:
-            self.notes.append(f"load average {load1:.2f} when the bench started: other work shares these cpus")
+        self.notes += common.settle(opts.wait_quiet)
         try:
             for self.round in range(opts.repeat):
                 if opts.repeat > 1:

@@ -197,6 +197,16 @@ def wait_quiet(max_wait: float, threshold: float = 0.2, interval: float = 1.0) -
     return busy
 
 
+def settle(max_wait: float) -> list[str]:
+    """Before a measurement: wait up to `max_wait` s for idle cpus (0: not at all); the notes to
+    print beside the figures when other work shares the cpus."""
+    if max_wait:
+        print(f"waiting up to {max_wait:g} s for idle cpus ...", flush=True)
+        wait_quiet(max_wait)
+    load1 = float(Path("/proc/loadavg").read_text().split()[0])
+    return [f"load average {load1:.2f} when the bench started: other work shares these cpus"] if load1 > 0.5 else []
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads), from /proc."""
     try:

@@ -132,6 +132,13 @@ KEYS: dict[str, Key] = {
     "enableElectUncleanMaster": Key(_bool, False, C, live=True),
     "notifyBrokerRoleChanged": Key(_bool, True, C),
     "enablePreferredMaster": Key(_bool, False, C, live=True),
+    # Connections to the gRPC port of every server (connection_limits.py). RocketMQ's proxy names the
+    # first two; the others are quorumq's.
+    "grpcClientIdleTimeMills": Key(int, limits.CONNECTION_IDLE_MS_DEFAULT, BNC),
+    "grpcMaxConcurrentCallsPerConnection": Key(int, limits.CALLS_PER_CONNECTION_DEFAULT, BNC),
+    "grpcMaxConnections": Key(int, limits.CONNECTIONS_PER_BROKER_MAX, BNC),
+    "grpcMaxConnectionsPerAddress": Key(int, limits.CONNECTIONS_PER_ADDRESS_DEFAULT, BNC),
+    "grpcPendingAnswerBytesPerConnection": Key(int, limits.PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT, BNC),
     # Metrics (RocketMQ 5's exporter keys; quorumq exports Prometheus only, at /metrics).
     "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
     "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
@@ -240,6 +247,10 @@ class Config:
             raise
 
     def _check(self) -> None:
+        for name in ("grpcClientIdleTimeMills", "grpcMaxConcurrentCallsPerConnection", "grpcMaxConnections",
+                     "grpcMaxConnectionsPerAddress", "grpcPendingAnswerBytesPerConnection"):
+            if self._values[name] < 1:
+                raise QuorumqError(Error.CONFIG_INVALID, f"{name} must be at least 1, got {self._values[name]}")
         if self.kind is Kind.BROKER:
             self._check_broker()
         elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:

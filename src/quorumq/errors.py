@@ -42,6 +42,9 @@ class Error(Enum):
     # A record a producer encoded itself (MessageWriter.SendBatch) that fails its framing or CRC.
     RECORD_CORRUPTED = ErrorKind(117, False)
     CONFIG_INVALID = ErrorKind(118, False)
+    # A request larger than its method takes, in bytes or fields (limits.py REQUEST_BYTES_MAX,
+    # MESSAGE_FIELDS_MAX): refused before it is parsed.
+    REQUEST_TOO_LARGE = ErrorKind(119, False)
     TOPIC_NOT_FOUND = ErrorKind(200, False)
     CONSUMER_GROUP_NOT_FOUND = ErrorKind(201, False)
     BROKER_NOT_FOUND = ErrorKind(202, False)

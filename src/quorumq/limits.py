@@ -51,8 +51,39 @@ GRPC_MARGIN_BYTES = 1 * MiB  # headroom for protobuf framing above a body of max
 
 
 def grpc_receive_bytes(max_message_size: int) -> int:
-    """The gRPC server's receive limit: above the largest single message and the largest batch."""
+    """The gRPC server's receive limit: above the largest single message and the largest batch.
+    A broker's send limit too: its largest answer is one message (a v5 receive or pull) or a
+    MessageReader batch of PULL_BYTES_MAX, or one record when that record alone is larger."""
     return max(max_message_size, BATCH_BYTES_MAX) + GRPC_MARGIN_BYTES
+
+
+# Requests, checked on their wire bytes before protobuf parses them (listen.py, RequestBound):
+# protobuf builds an object of about 75 bytes for each entry of a repeated field, which takes 2
+# bytes on the wire, so a SendMessage of 30M empty messages (60 MB) grew a broker by 2.2 GB before
+# any rule was checked. Past a bound the request is refused unparsed.
+# Every v5 request but SendMessage (which gRPC's receive limit bounds): the largest legal one is an
+# AckMessage of ACK_ENTRIES_MAX entries, each a message id and a receipt handle of under 100 bytes
+# (about 100 KiB), or a client's Telemetry settings naming a thousand topics of 127 bytes.
+REQUEST_BYTES_MAX = 256 * KiB
+# Entries of one AckMessage. RocketMQ has no bound (the official clients ack one message per
+# request); as many as one SendMessage carries, far above any receive batch (RECEIVE_BATCH_MAX), so
+# its answer, which echoes each entry with a status, stays within about half a MiB.
+ACK_ENTRIES_MAX = BATCH_MESSAGES_MAX
+# Top-level fields of a request beside its repeated one (a request's few singular fields, each
+# sent once by a real client): the pre-parse walk stops after entries max + this many fields.
+REQUEST_OTHER_FIELDS_MAX = 16
+# Fields within one v5 message of a SendMessage, its system properties' included: its properties
+# and keys, and 32 for the rest (the v5 Message has 4 fields, its system properties 22). gRPC's
+# receive limit alone would let one message of 17 MiB of empty keys parse into 8.9M strings
+# (+390 MB), so a request that could hold more than BATCH_MESSAGES_MAX messages of this many fields
+# (each field takes 2 bytes at least) has its messages' fields counted, each message's walk
+# stopping past this: a SendMessage parses into at most about 200,000 fields (15 MB).
+MESSAGE_FIELDS_MAX = PROPERTY_COUNT_MAX + KEYS_PER_MESSAGE_MAX + 32
+# The peak RSS (VmHWM) a broker stays under while tests/integration/test_request_bounds.py sends it
+# the hostile requests above, seven at once (three SendMessages of 2M empty messages, 1M empty keys,
+# 300k ack entries, requests past each byte limit): 70 to 90 MiB measured, 398 MiB before these
+# bounds (docs/client-protocol.md#request-sizes).
+HOSTILE_REQUESTS_RSS_BYTES_MAX = 256 * MiB
 
 
 # Work queues.
@@ -69,6 +100,49 @@ INVISIBLE_SECONDS_DEFAULT = 60.0  # a push consumer sends none and never renews
 # Topics.
 QUEUES_PER_TOPIC_MAX = 1024
 TOPICS_MAX = 65536
+# Queues of one broker, summed over its topics (the larger of each topic's read and write counts):
+# every topic it may hold at RocketMQ's default 8 queues. Each queue has a directory, its
+# consume-queue files and state in memory, so TOPICS_MAX topics of QUEUES_PER_TOPIC_MAX queues
+# (67M queues) would exhaust the disk's inodes and the memory long before any other limit.
+QUEUES_PER_BROKER_MAX = TOPICS_MAX * 8
+
+# Registrations with the name server (protocol/routes.py RouteRegistry). A broker registers all its
+# topics, so one registration carries at most a broker's totals: a broker within its limits always
+# registers, and a 120,000-topic registration from anything else is refused.
+REGISTRATION_TOPICS_MAX = TOPICS_MAX
+REGISTRATION_QUEUES_MAX = QUEUES_PER_BROKER_MAX
+# Brokers (cluster, name, id) one name server routes at once: far beyond the 8 brokers of `quorumq up`
+# and the few dozen of a large RocketMQ cluster, and it bounds the name server's memory at this many
+# registrations of REGISTRATION_BYTES_MAX (each kept as a topic index, not the request itself).
+NAMESRV_REGISTRATIONS_MAX = 128
+# One topic's entry in a registration at its largest (a 127-byte name, 1024 queues, its tags and
+# lengths), and the registration's other fields at their longest (names, 255-byte hosts, under 1 KiB).
+REGISTRATION_TOPIC_BYTES_MAX = 140
+REGISTRATION_FIELDS_BYTES_MAX = 4 * KiB
+# The name server's gRPC receive limit: the largest legal registration fits (8.75 MiB, where gRPC's
+# default 4 MiB refused a broker of 30,000 long-named topics); anything larger breaks a limit above.
+REGISTRATION_BYTES_MAX = REGISTRATION_TOPICS_MAX * REGISTRATION_TOPIC_BYTES_MAX + REGISTRATION_FIELDS_BYTES_MAX
+
+# Consumer groups one broker knows (their first contacts, config/consumerGroups.log): a consumer's
+# first contact or an AddConsumerGroups past it is refused with TOO_MANY_REQUESTS, as a topic past
+# TOPICS_MAX is; a slave still copies whatever its master holds. As many as topics: each group is an
+# entry in memory and a record in the log, and every group rides in each metadata answer a slave
+# polls (65,536 names of 127 bytes are 9 MB).
+GROUPS_MAX = 65536
+# Groups one AddConsumerGroups request may carry: a request is validated and written as one log
+# record on the event loop, and 1,024 names of 127 bytes make a 150 KB record (the admin client
+# sends more in several requests).
+GROUPS_PER_REQUEST_MAX = 1024
+# A consumer whose connection stays open but that stops heartbeating (frozen, or cut off without a
+# reset) is no longer counted live after RocketMQ's channelExpiredTimeout default: the official
+# clients heartbeat every 10 s, so 120 s is a dozen missed beats, never a slow one.
+CONSUMER_SESSION_EXPIRY_MS = 120_000
+# Topic and group logs (store/keyed_log.py): the next change rewrites a log with only its live
+# entries once it holds more than this many changes per live entry, plus the slack (so that a few
+# entries changed often are not rewritten at every change). A change then costs O(1) writes
+# amortised, and a log stays within about twice its live size.
+KEYED_LOG_RECORDS_PER_ENTRY = 2
+KEYED_LOG_SLACK_RECORDS = 1024
 
 # Store layout.
 COMMIT_LOG_SEGMENT_BYTES_DEFAULT = 1024 * MiB  # mappedFileSizeCommitLog
@@ -106,8 +180,30 @@ def check_segment_size(segment_bytes: int, max_message_size: int) -> None:
         )
 
 
-# Peers.
+# Peers: the gRPC port of each server (connection_limits.py; a config key names each default).
+# Connections gRPC accepts at once (grpcMaxConnections): 20,000 idle ones made new ones time out, and
+# each holds a file descriptor (a quarter of the soft RLIMIT_NOFILE goes to consume-queue files).
 CONNECTIONS_PER_BROKER_MAX = 1024
+# Connections with calls of one client address (grpcMaxConnectionsPerAddress): generous, as every
+# local process shares 127.0.0.1 and a closed connection counts until the idle timeout forgets it;
+# half the total, so that one address cannot take every connection.
+CONNECTIONS_PER_ADDRESS_DEFAULT = CONNECTIONS_PER_BROKER_MAX // 2
+# A connection without calls for this long is closed (RocketMQ proxy's grpcClientIdleTimeMills, 120 s);
+# an open stream (Telemetry) keeps it. A client reconnects when it next calls.
+CONNECTION_IDLE_MS_DEFAULT = 120_000
+# A connection that has not finished its HTTP/2 handshake in this long is closed (gRPC: 120 s);
+# clients send theirs at once, so only a socket opened and left silent waits this long.
+HANDSHAKE_TIMEOUT_MS = 10_000
+# Calls one connection may have open (grpcMaxConcurrentCallsPerConnection; RocketMQ: unlimited): far
+# above an official client's, a long poll per queue included; a gRPC client queues calls past it.
+CALLS_PER_CONNECTION_DEFAULT = 1000
+# Answer bytes one connection may hold handed to gRPC but not sent (grpcPendingAnswerBytesPerConnection):
+# a client that stops reading kept 200 PullBatch answers (+728 MB). Four whole PULL_BYTES_MAX batches;
+# one answer of any size is always let through to a connection holding none.
+PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT = 4 * PULL_BYTES_MAX
+# How long an answer waits for room on its connection before its call ends with RESOURCE_EXHAUSTED:
+# a client that reads drains 64 MiB on localhost in well under a second.
+PENDING_ANSWER_WAIT_S = 5.0
 
 # Metrics (src/quorumq/metrics.py): label values one process exports, so that ten thousand topics
 # cannot make a scrape of megabytes; values past a bound are summed under METRICS_OVERFLOW_LABEL.

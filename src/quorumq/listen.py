@@ -3,11 +3,17 @@ server, broker and controller."""
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from quorumq import limits
+from quorumq.clock import Clock
+from quorumq.config import Config
+from quorumq.connection_limits import ConnectionLimits, Peers, channel_options
+from quorumq.core.wire_fields import Shape, WireError, count_field
 from quorumq.errors import Error, QuorumqError
 
 GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
@@ -37,12 +43,52 @@ _UNDELIVERED = UndeliveredResponse()
 log = logging.getLogger("quorumq.listen")
 
 
+@dataclass(frozen=True)
+class RequestBound:
+    """What one method's request may hold, checked on its bytes before protobuf parses it: its
+    size, and the entries of its repeated field, counted by core/wire_fields.py in a walk that
+    stops past the bound. A request large enough to hold more than entries_max x entry_fields_max
+    fields (each takes 2 bytes at least) has the fields within each entry counted too. `answer`
+    builds the method's own answer carrying the refusal (a v5 status); without it the call ends
+    with INVALID_ARGUMENT."""
+
+    bytes_max: int | None = None  # None: gRPC's receive limit alone
+    entries_field: int = 0  # the number of the request's top-level repeated field; 0: none
+    entries_max: int = 0
+    entries_name: str = ""  # what the error calls them
+    enter: Shape = field(default_factory=dict)  # what the walk enters of a large request's entries
+    entry_fields_max: int = 0  # fields within one entry of a large request
+    answer: Callable[[QuorumqError], object] | None = None
+
+    def refusal(self, raw: bytes, method: str) -> QuorumqError | None:
+        """Why the request is refused unparsed, or None. Raises WireError when it is no message."""
+        name = method.rpartition("/")[2]
+        if self.bytes_max is not None and len(raw) > self.bytes_max:
+            return QuorumqError(Error.REQUEST_TOO_LARGE, f"{name}: a request takes at most {self.bytes_max} "
+                                                         f"bytes; this one has {len(raw)}")
+        if not self.entries_field:
+            return None
+        deep = bool(self.enter) and len(raw) > 2 * self.entries_max * self.entry_fields_max
+        fields_max = self.entries_max + limits.REQUEST_OTHER_FIELDS_MAX
+        count = count_field(raw, self.entries_field, self.entries_max, fields_max, self.enter if deep else None,
+                            self.entry_fields_max)
+        if count is None:
+            within = f" and {self.entry_fields_max} within each of its {self.entries_name}" if deep else ""
+            return QuorumqError(Error.REQUEST_TOO_LARGE, f"{name}: a request holds at most {fields_max} fields "
+                                                         f"at its top level{within}")
+        if count > self.entries_max:  # the message of the rule the handler checks (SendMessage)
+            return QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{self.entries_max} {self.entries_name}")
+        return None
+
+
 class MalformedRequests(grpc.aio.ServerInterceptor):
     """gRPC parses a request in its own code, and answers one that does not parse with UNKNOWN and
     a traceback in the log. Here the handler parses it instead: a request that does not parse gets
-    INVALID_ARGUMENT and one log line."""
+    INVALID_ARGUMENT and one log line. A method with a RequestBound has its request checked on its
+    bytes first, so a request too large for it never becomes millions of objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: Mapping[str, RequestBound]) -> None:  # full method name -> its bound
+        self._bounds = bounds
         # method -> its handler, wrapped once: a method's handler is the same for every call (the
         # interceptors behind this one, RpcLatency, keep their per-call state inside the call).
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
@@ -54,21 +100,31 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
             handler = await continuation(handler_call_details)
             if handler is None or handler.request_deserializer is None:
                 return handler
-            wrapped = self._wrapped[method] = _parsing_in_handler(handler, method)
+            wrapped = self._wrapped[method] = _parsing_in_handler(handler, method, self._bounds.get(method))
         return wrapped
 
 
-def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    """The handler with its request parsed in the call: INVALID_ARGUMENT when it does not parse."""
+def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str,
+                        bound: RequestBound | None) -> grpc.RpcMethodHandler:
+    """The handler with its request checked against its bound and parsed in the call: a refusal
+    the method answers itself (bound.answer) reaches the handler's wrapper as a QuorumqError;
+    INVALID_ARGUMENT when the request does not parse or is refused without an answer."""
     parse = handler.request_deserializer
+    answer_refusal = bound.answer if bound is not None and not handler.request_streaming else None
 
     async def parsed(raw: bytes, context: grpc.aio.ServicerContext) -> object:
         try:
-            return parse(raw)
-        except DecodeError as error:
+            refused = bound.refusal(raw, method) if bound is not None else None
+            if refused is None:
+                return parse(raw)
+        except (DecodeError, WireError) as error:
             log.warning("%s from %s: the request does not parse (%s), answered INVALID_ARGUMENT",
                         method, context.peer(), error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request does not parse: {error}")
+        log.warning("%s from %s: refused unparsed: %s", method, context.peer(), refused)
+        if answer_refusal is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused))
+        return refused
 
     async def parsed_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[object]:
         async for raw in raws:
@@ -82,24 +138,39 @@ def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.Rpc
     behavior: Callable = getattr(handler, kind)
     if inspect.isasyncgenfunction(behavior):
         async def answers(request, context):
-            async for response in behavior(await arrange(request, context), context):
+            request = await arrange(request, context)
+            if isinstance(request, QuorumqError):
+                yield answer_refusal(request)
+                return
+            async for response in behavior(request, context):
                 yield response
         return handler._replace(request_deserializer=None, **{kind: answers})
 
     async def answer(request, context):
-        result = behavior(await arrange(request, context), context)  # gRPC's own defaults are not async
+        request = await arrange(request, context)
+        if isinstance(request, QuorumqError):
+            return answer_refusal(request)
+        result = behavior(request, context)  # gRPC's own defaults are not async
         return await result if inspect.isawaitable(result) else result
     return handler._replace(request_deserializer=None, **{kind: answer})
 
 
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
-                interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+                interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock) -> grpc.aio.Server:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
-    connections (clients then reach whichever process the kernel picks); here it fails to start."""
+    connections (clients then reach whichever process the kernel picks); here it fails to start.
+    `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
+    `config` sets the limits on its connections (connection_limits.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
-    server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 0)],
-                             interceptors=[MalformedRequests(), *interceptors])
+    connections = channel_options(config["grpcClientIdleTimeMills"], config["grpcMaxConcurrentCallsPerConnection"],
+                                  config["grpcMaxConnections"])
+    peers = Peers(config["grpcMaxConnectionsPerAddress"], config["grpcClientIdleTimeMills"],
+                  config["grpcPendingAnswerBytesPerConnection"])
+    server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
+                             interceptors=[ConnectionLimits(peers, clock.monotonic_ms), MalformedRequests(bounds or {}),
+                                           *interceptors])
     try:
         server.add_insecure_port(address)
     except RuntimeError as error:

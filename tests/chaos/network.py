@@ -3,9 +3,10 @@ corrupting links (faults F6 and F7): this kernel has no netem and there is no ip
 
 Each broker reaches each controller through a proxy of its own, and slaves replicate from a
 master through the proxy on its HA address (the broker advertises it as `brokerIP2`: 127.0.0.2
-and up, the proxy forwarding to the HA port on 127.0.0.1). A blocked direction stops reading, so
-bytes wait as they would in a partitioned TCP connection, and flow again when it heals; a
-connection opened while the way up is blocked waits like an unanswered SYN."""
+and up, the proxy forwarding to the HA port on 127.0.0.1); they copy its topics and consumer
+positions through another on that host at its gRPC port (clients reach it directly). A blocked
+direction stops reading, so bytes wait as they would in a partitioned TCP connection, and flow
+again when it heals; a connection opened while the way up is blocked waits like an unanswered SYN."""
 
 from __future__ import annotations
 
@@ -90,14 +91,17 @@ class Network:
         self._thread.start()
         self.controller_links: dict[int, list[Link]] = {}
         self.ha_links: dict[int, Link] = {}
+        self.metadata_links: dict[int, Link] = {}
         for replica in range(replicas):
             port = base_port + BROKER_PORT_OFFSET + REPLICA_PORT_STRIDE * replica
             self.controller_links[port] = [
                 self._open(Link(f"broker {port} -> controller {index}", (HOST, 0),
                                 (HOST, base_port + CONTROLLER_PORT_OFFSET + index)))
                 for index in range(controllers)]
-            self.ha_links[port] = self._open(Link(f"HA of broker {port}", (f"127.0.0.{2 + replica}", port + 1),
-                                                  (HOST, port + 1)))
+            member_host = f"127.0.0.{2 + replica}"
+            self.ha_links[port] = self._open(Link(f"HA of broker {port}", (member_host, port + 1), (HOST, port + 1)))
+            self.metadata_links[port] = self._open(Link(f"metadata of broker {port}", (member_host, port),
+                                                        (HOST, port)))
 
     def _open(self, link: Link) -> Link:
         asyncio.run_coroutine_threadsafe(link.open(), self._loop).result(10)
@@ -112,9 +116,12 @@ class Network:
         return sets
 
     def links_of(self, broker_address: str, towards: str) -> list[Link]:
-        """A broker's links to the `controllers`, or the way its `slaves` replicate from it."""
+        """A broker's links to the `controllers`, the way its `slaves` replicate from it, or the
+        way they copy its `metadata`."""
         port = int(broker_address.rpartition(":")[2])
-        return self.controller_links[port] if towards == "controllers" else [self.ha_links[port]]
+        if towards == "controllers":
+            return self.controller_links[port]
+        return [(self.ha_links if towards == "slaves" else self.metadata_links)[port]]
 
     def impair(self, links: list[Link], blocked: frozenset[str] = frozenset({UP, DOWN}), delay_s: float = 0.0,
                corrupt_rate: float = 0.0, seed: int = 0) -> None:
@@ -122,7 +129,8 @@ class Network:
             self._loop.call_soon_threadsafe(link.set, blocked, delay_s, corrupt_rate, seed)
 
     def links(self) -> list[Link]:
-        return [link for links in self.controller_links.values() for link in links] + list(self.ha_links.values())
+        return ([link for links in self.controller_links.values() for link in links] + list(self.ha_links.values())
+                + list(self.metadata_links.values()))
 
     def heal(self) -> None:
         self.impair(self.links(), frozenset())

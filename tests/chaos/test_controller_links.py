@@ -1,4 +1,5 @@
-"""A broker's links to the controllers, through the chaos suite's proxies (network.py).
+"""A broker's links to the controllers and to its master, through the chaos suite's proxies
+(network.py).
 
 A broker reaches the controllers only at the addresses it is configured with, so cutting those
 cuts it off whichever controller leads. A controller names the leader by its own address; brokers
@@ -9,27 +10,34 @@ cut off from the controllers kept its role (found in an F13 run: no election in 
 A master whose SyncStateSet change reached the controller but whose answer did not cannot know
 which set the controller holds: it keeps the stricter view, the union of the two, until the
 controller's replica info says, so no send is acknowledged without a broker the controller may
-elect."""
+elect.
+
+A send that auto-creates its topic is acknowledged once the members hold the topic, as an
+operator's topic update is: a slave learns topics only from its master's metadata, never from
+the log, so an acknowledged message of a topic the elected slave never heard of could not be read."""
 
 import os
 import signal
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from controller_group import FAILOVER_S, SEND_OK, SETTLE_S, started_group
 from harness import check_for, free_base_port, log_end, log_since, start_process, stop_process
 from network import DOWN, Network
+from quorumq.client import ClientError, Message
 from quorumq.client.controller import CALL_TIMEOUT_S
 
 
 @contextmanager
-def proxied_group(directory):
+def proxied_group(directory, *broker_sets):
     """A controller-mode group of three whose links to the two controllers and to the master's
-    HA port go through the proxies."""
+    HA and metadata ports go through the proxies; `broker_sets` as `quorumq up --broker-set` takes."""
     base_port = free_base_port()
     network = Network(base_port, replicas=3, controllers=2)
     try:
         with started_group(directory, controllers=2, base_port=base_port,
-                           broker_sets=network.broker_sets()) as group:
+                           broker_sets=network.broker_sets() + list(broker_sets)) as group:
             group.wait_in_sync()
             yield group, network
     finally:
@@ -101,3 +109,57 @@ def test_a_set_change_whose_answer_was_lost_keeps_every_send_on_the_brokers_the_
         bodies = check_for(SETTLE_S, 0.2, lambda: group.bodies(topic), "the elected slave serving the topic")
         assert b"before" in bodies and (status != SEND_OK or b"after" in bodies)
         assert status == "FLUSH_SLAVE_TIMEOUT", "the master waited for the union of the two sets"
+
+
+def test_a_send_that_creates_its_topic_is_acknowledged_once_the_members_hold_the_topic(tmp_path):
+    """With the slaves' metadata copy blocked, a send to a new topic reaches every member's log but
+    the topic only the master's: acknowledged then, both would be lost with the master. The send
+    is answered once the link heals; or, blocked past slaveTimeout, refused as an operator's topic
+    update would be, and its resend answered from the stored copy. After the master's SIGKILL the
+    elected slave serves both topics and each message once."""
+    with proxied_group(tmp_path, *(f"{index}:slaveTimeout=4000" for index in range(3))) as (group, network):
+        master = group.master()
+        slaves = group.slaves()
+
+        def only_the_master_knows_the_topic(end: int) -> bool:
+            """The log past `end` on every member, a topic more on the master than on the slaves."""
+            status = group.status(master)
+            return int(status["commitLogMaxOffset"]) > end and all(
+                slave_status["commitLogMaxOffset"] == status["commitLogMaxOffset"]
+                and int(slave_status["topicCount"]) < int(status["topicCount"])
+                for slave_status in map(group.status, slaves))
+
+        def send(topic: str, message: Message) -> str:
+            try:
+                return group.producer.send(topic, message, queue_id=0).status
+            except ClientError as error:
+                return error.name
+
+        healed, refused = (f"T{uuid.uuid4().hex[:10]}" for _ in range(2))  # the sends create them
+        network.impair(network.links_of(master["address"], "metadata"))
+        end = int(group.status(master)["commitLogMaxOffset"])
+        with ThreadPoolExecutor(1) as pool:
+            sent = pool.submit(send, healed, Message(b"healed"))
+            try:
+                check_for(SETTLE_S, 0.05, lambda: only_the_master_knows_the_topic(end), "the send stored")
+                assert not sent.done(), f"answered {sent.result()} while no slave holds the topic"
+            finally:
+                network.heal()
+            assert sent.result() == SEND_OK
+
+        network.impair(network.links_of(master["address"], "metadata"))
+        end = int(group.status(master)["commitLogMaxOffset"])
+        message = Message(b"refused", message_id=uuid.uuid4().hex.upper())
+        try:
+            assert send(refused, message) == "SLAVE_PERSISTENCE_TIMEOUT"
+            assert only_the_master_knows_the_topic(end), "stored, though refused"
+        finally:
+            network.heal()
+        check_for(SETTLE_S, 0.1, lambda: len({group.status(broker)["topicCount"] for broker in group.brokers}) == 1,
+                  "the slaves holding the topic")
+        assert send(refused, message) == SEND_OK
+
+        stop_process(master, signal.SIGKILL)
+        assert group.master() in slaves
+        assert check_for(SETTLE_S, 0.2, lambda: group.bodies(healed), "the new master serving") == [b"healed"]
+        assert group.bodies(refused) == [b"refused"]

@@ -121,13 +121,24 @@ def test_active_active_drops_every_looped_message(spark, clusters, tmp_path):
             assert births.count(b"A") == births.count(b"B") == 150, "each message once on each side, none looped"
 
 
-def test_a_group_moved_to_the_standby_skips_nothing(spark, clusters, tmp_path):
+def standby_offsets(standby: dict, group: str, topic: str) -> list:
+    with Blocking(PullConsumer, standby["access_point"], group) as consumer:
+        return [consumer.get_offset(topic, queue) for queue in range(2)]
+
+
+def checkpoint_round(settings: Settings, after_ms: int):
+    """The checkpoint job's outcome (checkpoint-groups.json) of a round that ran after `after_ms`, else None."""
+    status = json.loads(settings.groups_path.read_text()) if settings.groups_path.exists() else {}
+    return status if status.get("checkedAt", 0) > after_ms else None
+
+
+def test_a_group_moved_to_the_standby_skips_nothing_and_never_moves_under_a_live_consumer(spark, clusters, tmp_path):
     primary, standby = clusters
     topic, group = new_topic(), "MovingGroup"
     create_topic(primary, topic, 2)
     produce(primary, topic, per_queue=300, queues=2)
     jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,))
-    settings = settings_for(primary, standby, topic, tmp_path, groups=(group,))
+    settings = settings_for(primary, standby, topic, tmp_path, groups=(group,), checkpoint_interval_s=1.0)
     run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 2) == [300, 300],
               "everything replicated")
     consumed = {0: 137, 1: 300}  # the group consumed part of queue 0 and all of queue 1 on the primary
@@ -135,8 +146,29 @@ def test_a_group_moved_to_the_standby_skips_nothing(spark, clusters, tmp_path):
         for queue, offset in consumed.items():
             consumer.commit_offset(topic, queue, offset)
 
-    moved = jobs.GroupTranslator(settings).translate_groups()[group]
-    assert len(moved) == 2
+    # A consumer of the group already reads on the standby: while it is there, its offsets are its own.
+    live = SimpleConsumer(ClientConfiguration(standby["access_point"], Credentials(), request_timeout=5), group,
+                          {topic: FilterExpression("*")}, await_duration=1)
+    live.startup()
+    checkpoint = None
+    try:
+        try:
+            for message in live.receive(16, 30):
+                live.ack(message)
+            own = standby_offsets(standby, group, topic)
+            checkpoint = jobs.start_checkpoint(spark, settings)
+            first = check_for(WAIT_S, 0.2, lambda: checkpoint_round(settings, 0), "a checkpoint round")
+            second = check_for(WAIT_S, 0.2, lambda: checkpoint_round(settings, first["checkedAt"]), "another round")
+            assert standby_offsets(standby, group, topic) == own, "the live consumer's offsets left as it committed"
+            assert [(r["translated"], list(r["skipped"])) for r in (first, second)] == [({}, [group])] * 2
+        finally:
+            live.shutdown()
+        run_until([checkpoint], lambda: group in checkpoint_round(settings, 0)["translated"],
+                  "the group translated once its consumer left")
+    finally:
+        if checkpoint is not None:
+            checkpoint.stop()
+
     with Blocking(PullConsumer, standby["access_point"], group) as consumer:
         for queue, offset in consumed.items():
             resumed_at = consumer.get_offset(topic, queue)

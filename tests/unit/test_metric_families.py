@@ -50,10 +50,11 @@ def test_histogram_buckets_are_cumulative_and_exported():
     assert 'things{node_type="broker"} 3.0' in text
 
 
-def test_the_replicator_driver_exports_its_totals_heartbeat_and_lag_per_queue(tmp_path):
+def test_the_replicator_driver_exports_its_totals_heartbeat_lag_per_queue_and_checkpoint_round(tmp_path):
     settings = Settings("127.0.0.1:1", "127.0.0.1:2", ("T",), tmp_path, {})
     settings.metrics_path.write_text(json.dumps({"batch": 3, "written": 90, "deduped": 10}))
     settings.heartbeat_path.write_text(json.dumps({"alive": True, "latencyMs": 250}))
+    settings.groups_path.write_text(json.dumps({"translated": {"G1": 2}, "skipped": {"G2": 1, "G3": 3}}))
     queue = QueueKey("T", "broker-a", 1)
     metrics = DriverMetrics(settings)
     metrics.progress = {"replicate A->B": {"sources": [{
@@ -68,6 +69,8 @@ def test_the_replicator_driver_exports_its_totals_heartbeat_and_lag_per_queue(tm
     assert 'quorumq_replicator_heartbeat_latency_seconds{' in text and "} 0.25" in text
     assert 'quorumq_replicator_lag_messages{broker="broker-a",node_id="127.0.0.1:1->127.0.0.1:2",' \
            'node_type="replicator",queue_id="1",topic="T"} 10.0' in text
+    assert 'quorumq_replicator_checkpoint_groups{node_id="127.0.0.1:1->127.0.0.1:2",node_type="replicator",' \
+           'state="skipped"} 2.0' in text
 
 
 def test_every_metric_the_grafana_dashboard_queries_is_documented():

@@ -1,6 +1,6 @@
 """The replicator's pure decisions: offsets as JSON, admission per micro-batch, queue mapping, the
 loop check, the replay de-duplication cut, offset syncs and group-offset translation, topic and group
-changes."""
+changes, and which groups the checkpoint job may move."""
 
 import itertools
 import json
@@ -207,3 +207,10 @@ def test_a_bad_failure_policy_is_refused_with_a_stable_code(text):
     with pytest.raises(QuorumqError) as raised:
         plan.parse_failure_policy(text)
     assert raised.value.error is Error.CONFIG_INVALID
+
+
+def test_the_checkpoint_skips_a_group_with_a_live_consumer_on_any_target_broker():
+    live = {"Busy": {"broker-a": 0, "broker-b": 2}, "Idle": {"broker-a": 0, "broker-b": 0}, "Both": {"a": 1, "b": 1}}
+    assert plan.groups_to_checkpoint(["Busy", "Idle", "Unknown", "Both"], live) == (["Idle", "Unknown"],
+                                                                                   {"Busy": 2, "Both": 2})
+    assert plan.groups_to_checkpoint(["Busy"], {}) == (["Busy"], {}), "once its consumers left, it is written again"

@@ -5,6 +5,7 @@ import inspect
 import logging
 from typing import Awaitable, Callable
 
+from quorumq import limits
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
@@ -88,11 +89,14 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
 
     @aborts_on_error
     def AddConsumerGroups(self, request):
+        if len(request.groups) > limits.GROUPS_PER_REQUEST_MAX:
+            raise QuorumqError(Error.BAD_REQUEST, f"{len(request.groups)} groups in one request, at most "
+                                                  f"{limits.GROUPS_PER_REQUEST_MAX}: send them in several")
         for group, first_contact_ms in request.groups.items():
             check_name(group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
             if first_contact_ms < 0:
                 raise QuorumqError(Error.BAD_REQUEST, f"group {group}: first contact {first_contact_ms} is negative")
-        self.broker.consumers.adopt_groups(dict(request.groups))
+        self.broker.consumers.add_groups(dict(request.groups))
         return pb.Empty()
 
     @aborts_on_error
@@ -101,8 +105,15 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
         return self._progress(request.group, request.topic)
 
     @aborts_on_error
+    def GetConsumerConnections(self, request):
+        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        return pb.ConsumerConnections(broker_name=self.broker.config["brokerName"],
+                                      live_consumers=self.broker.consumers.live_consumers(request.group))
+
+    @aborts_on_error
     def ResetOffsetByTime(self, request):
         check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        self.broker.consumers.touch(request.group)  # a new group, within GROUPS_MAX
         store = self.broker.store
         for queue_id in self.broker.readable_queue_ids(request.topic):
             offset = store.offset_for_timestamp(request.topic, queue_id, request.timestamp_ms)

@@ -39,7 +39,7 @@ from quorumq.core.retention import parse_delete_when, retention_action
 from quorumq.core.role import Elected, Event, Follow, Phase, Role, RoleRefused, transition
 from quorumq.core.sync_state import SyncStateSet
 from quorumq.replication import ReplicationMaster, ReplicationSlave
-from quorumq.store import MessageStore
+from quorumq.store import MessageStore, TopicConfig
 from quorumq.store.epoch_file import EpochFile
 from quorumq.store.flush import Flusher
 
@@ -390,14 +390,16 @@ class Broker:
 
     # Housekeeping.
 
-    def registration(self) -> pb.BrokerRegistration:
+    def registration(self, topics: list[TopicConfig] | None = None) -> pb.BrokerRegistration:
+        """What the name servers route by: with `topics`, an increment carrying those only."""
         return pb.BrokerRegistration(
             cluster=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
             broker_id=self.advertised_id, address=self.address, ha_address=self.ha_address,
             role=self.role.value if self.controller_mode else self.config["brokerRole"],
             topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
                                    write_queue_nums=config.write_queue_nums, perm=config.perm)
-                    for config in self.topics.all()],
+                    for config in (self.topics.all() if topics is None else topics)],
+            topics_increment=topics is not None,
             auto_create_topic=self.config["autoCreateTopicEnable"],
             default_queue_nums=self.config["defaultTopicQueueNums"], perm=self.config["brokerPermission"],
             max_offset=self.store.max_offset, acting_master=self.config["enableSlaveActingMaster"],

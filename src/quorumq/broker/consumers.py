@@ -7,7 +7,6 @@ receive from a queue fixes where it starts there (core/group_start.py); that sta
 from then on, persisted with the others.
 """
 
-import json
 import os
 import random
 from collections.abc import Callable
@@ -21,10 +20,11 @@ from quorumq.core import properties
 from quorumq.core.group_start import starts_at_zero
 from quorumq.core.leases import QueueLeases
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import ConsumerOffsets, GetResult, GetStatus, Store, StoredMessage, tag_hash
-from quorumq.store.atomic_file import write_atomically
+from quorumq.store import ConsumerOffsets, GetResult, GetStatus, KeyedLog, Store, StoredMessage, tag_hash
 
 QueueKey = tuple[str, str, int]  # group, topic, queue id
+GROUPS_FILE_NAME = "consumerGroups.log"  # group -> first contact (ms)
+LEGACY_GROUPS_FILE_NAME = "consumerGroups.json"  # the whole-file form of earlier versions, taken into the log
 PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as RocketMQ's StoreUtil reads it
 
 
@@ -62,6 +62,12 @@ def decode_handle(handle: str) -> tuple[int, int, int]:
         raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, f"receipt handle {handle[:64]!r} is malformed") from None
 
 
+def first_contact(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"first contact {value!r} is not a time in ms")
+    return value
+
+
 class ConsumerGroups:
     def __init__(self, store: Store, root: Path, clock: Clock, config: Config,
                  readable_end: Callable[[], int | None]) -> None:
@@ -71,30 +77,63 @@ class ConsumerGroups:
         self.config = config
         self.offsets = ConsumerOffsets(root)
         self.offsets.load()
-        self._first_seen_path = root / "config" / "consumerGroups.json"
-        self._first_seen: dict[str, int] = (
-            json.loads(self._first_seen_path.read_text()) if self._first_seen_path.exists() else {})
+        self._first_seen: KeyedLog[int] = KeyedLog(
+            root / "config" / GROUPS_FILE_NAME, "consumer groups", decode=first_contact,
+            legacy=root / "config" / LEGACY_GROUPS_FILE_NAME)
+        self._first_seen.load()
         self._leases: dict[QueueKey, QueueLeases] = {}
         self._tokens = random.Random()
+        # Live consumers, in memory: each group's open client sessions, and when a client of the
+        # group last opened one or heartbeated (monotonic ms).
+        self._sessions: dict[str, int] = {}
+        self._last_heard: dict[str, int] = {}
 
     def touch(self, group: str) -> None:
         """Note a group's first contact: a new group that does not read a queue from offset 0
         starts at the queue's end as of that moment (core/group_start.py)."""
         if group not in self._first_seen:
-            self.adopt_groups({group: self.clock.now_ms()})
+            self.add_groups({group: self.clock.now_ms()})
 
     @property
     def groups(self) -> dict[str, int]:
         """Every group known here -> its first contact (ms). Do not mutate."""
-        return self._first_seen
+        return self._first_seen.entries
+
+    def session_opened(self, group: str) -> None:
+        """An official consumer's Telemetry stream got its settings: the group's consumer is live."""
+        self._sessions[group] = self._sessions.get(group, 0) + 1
+        self._last_heard[group] = self.clock.monotonic_ms()
+
+    def session_closed(self, group: str) -> None:
+        self._sessions[group] -= 1
+        if not self._sessions[group]:
+            del self._sessions[group], self._last_heard[group]
+
+    def heard_from(self, group: str) -> None:
+        """A client of the group heartbeated."""
+        if group in self._sessions:
+            self._last_heard[group] = self.clock.monotonic_ms()
+
+    def live_consumers(self, group: str) -> int:
+        """The group's open sessions, none once no client of the group was heard from within
+        CONSUMER_SESSION_EXPIRY_MS (a frozen client's connection may stay open)."""
+        heard = self._last_heard.get(group)
+        if heard is None or self.clock.monotonic_ms() - heard > limits.CONSUMER_SESSION_EXPIRY_MS:
+            return 0
+        return self._sessions[group]
+
+    def add_groups(self, first_seen: dict[str, int]) -> None:
+        """Take the first contact of groups not known here yet, refused past GROUPS_MAX groups."""
+        known = len(self._first_seen) + sum(group not in self._first_seen for group in first_seen)
+        if known > limits.GROUPS_MAX:
+            raise QuorumqError(Error.TOO_MANY_REQUESTS, f"this broker already knows {len(self._first_seen)} "
+                                                        f"consumer groups, at most {limits.GROUPS_MAX}")
+        self.adopt_groups(first_seen)
 
     def adopt_groups(self, first_seen: dict[str, int]) -> None:
-        """Take the first contact of groups not known here yet (a slave copies its master's)."""
-        new = {group: ms for group, ms in first_seen.items() if group not in self._first_seen}
-        if new:
-            self._first_seen.update(new)
-            self._first_seen_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self._first_seen_path, json.dumps(self._first_seen).encode())
+        """Take the first contact of groups not known here yet, whatever their number: a slave
+        copies its master's groups."""
+        self._first_seen.update({group: ms for group, ms in first_seen.items() if group not in self._first_seen})
 
     def start_offset(self, group: str, topic: str, queue_id: int) -> int:
         committed = self.offsets.get(group, topic, queue_id)
@@ -105,7 +144,7 @@ class ConsumerGroups:
         if starts_at_zero(self.config["initPopOffsetByCheckMsgInMem"], head, self.store.max_offset,
                           PHYSICAL_MEMORY_BYTES, self.config["accessMessageInMemoryMaxRatio"]):
             return 0
-        return self.store.offset_for_timestamp(topic, queue_id, self._first_seen[group])
+        return self.store.offset_for_timestamp(topic, queue_id, self.groups[group])
 
     def _queue(self, group: str, topic: str, queue_id: int) -> QueueLeases:
         key = (group, topic, queue_id)

@@ -28,22 +28,55 @@ class NameServerLink:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        addresses = [address for address in broker.config["namesrvAddr"].split(";") if address]
-        self.stubs = [pb_grpc.NameServerStub(grpc.aio.insecure_channel(address)) for address in addresses]
+        self.addresses = [address for address in broker.config["namesrvAddr"].split(";") if address]
+        self.stubs = [pb_grpc.NameServerStub(grpc.aio.insecure_channel(address)) for address in self.addresses]
+        # Registrations started and finished, for `publish`; the lock lets one run at a time.
+        self._started = self._finished = 0
+        self._answered = False  # whether every name server answered the last one finished
+        self._publishing = asyncio.Lock()
+        self._stale = set(self.addresses)  # name servers the next registration gives every topic
+
+    async def publish(self) -> bool:
+        """Register so that the name servers show every change made before this call; whether every
+        name server answered. Callers share registrations (creating topics at once, many wait on one):
+        a caller waits for the first registration that starts after its call; the lock queues
+        callers in order."""
+        wanted = self._started + 1
+        async with self._publishing:
+            if self._finished < wanted:
+                self._started += 1
+                self._answered = await self.register()
+                self._finished = self._started
+            return self._answered
 
     async def register(self) -> bool:
-        """Register with every name server; a slave learns its master from the answers. Returns
-        whether every name server answered."""
+        """Register with every name server; a slave learns its master from the answers. A name
+        server that holds this broker's last registration gets the topics changed since (an
+        increment, as RocketMQ's registerIncrementBrokerData: one topic created costs O(1), where
+        every topic each time cost O(N^2) for N topics created); one that failed, lost it or asks
+        gets every topic. Returns whether every name server answered."""
         if self.broker.controller_mode and not self.broker.controller_id:
             return False  # no id from the controller yet: registering now would claim the master's id 0
-        registration = self.broker.registration()
+        changed = self.broker.topics.take_changes()
+        if changed is None:
+            self._stale.update(self.addresses)
+        increment = self.broker.registration(changed) if changed is not None else None
+        full = None
         answered = 0
-        for stub in self.stubs:
+        for address, stub in zip(self.addresses, self.stubs):
             try:
-                reply = await stub.RegisterBroker(registration, timeout=NAMESRV_CALL_TIMEOUT_S)
+                reply = None
+                if address not in self._stale and increment is not None:
+                    reply = await stub.RegisterBroker(increment, timeout=NAMESRV_CALL_TIMEOUT_S)
+                if reply is None or reply.needs_all_topics:
+                    if full is None:
+                        full = self.broker.registration()
+                    reply = await stub.RegisterBroker(full, timeout=NAMESRV_CALL_TIMEOUT_S)
             except grpc.aio.AioRpcError as exc:
-                log.warning("registration with a name server failed: %s", exc.details())
+                self._stale.add(address)
+                log.warning("registration with name server %s failed: %s", address, exc.details())
                 continue
+            self._stale.discard(address)
             answered += 1
             # In controller mode the controller names the master; the name server only routes.
             if self.broker.role is BrokerRole.SLAVE and reply.master_ha_address and not self.broker.controller_mode:
@@ -76,12 +109,17 @@ class NameServerLink:
         return registry.route(topic)
 
     async def keep_registered(self) -> None:
-        """Register every period, and at once whenever topics change; after a failed registration
-        (a name server still starting), and while a slave does not know its master, soon."""
+        """Register every period with every topic, and at once whenever topics change with those
+        changed; after a failed registration (a name server still starting), and while a slave does
+        not know its master, soon."""
+        full_due_ms = 0
         while True:
             self.broker.topics_changed.clear()
-            registered = await self.register()
             period_s = self.broker.config["registerNameServerPeriod"] / 1000
+            if self.broker.clock.monotonic_ms() >= full_due_ms:  # every topic each period, whatever was lost
+                self._stale.update(self.addresses)
+                full_due_ms = self.broker.clock.monotonic_ms() + int(period_s * 1000)
+            registered = await self.publish()
             if not registered or self.broker.role is BrokerRole.SLAVE and not self.broker.master_address:
                 period_s = min(period_s, REGISTER_RETRY_INTERVAL_S)
             try:
@@ -116,12 +154,14 @@ async def copy_master_metadata(broker: Broker) -> None:
     channels: dict[str, grpc.aio.Channel] = {}
     applied = ("", "", 0)  # the master address, incarnation and version last applied
     while True:
-        address = broker.master_address
+        address = master_metadata_address(broker)
         if not address or broker.role is not BrokerRole.SLAVE:  # a controller-mode broker may be master now
             await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
             continue
         if address not in channels:
-            channels[address] = grpc.aio.insecure_channel(address)
+            # One answer carries every topic and group (at GROUPS_MAX, 8 MB of names: past gRPC's
+            # default 4 MiB); the master's send limit bounds it.
+            channels[address] = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)])
         _, incarnation, version = applied if applied[0] == address else ("", "", 0)
         request = pb.MetadataRequest(broker_id=broker.replica_id, incarnation=incarnation, applied_version=version,
                                      wait_ms=int(SYNC_METADATA_INTERVAL_S * 1000))
@@ -132,7 +172,7 @@ async def copy_master_metadata(broker: Broker) -> None:
             log.debug("copying the master's metadata failed: %s", exc.details())
             await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
             continue
-        if broker.role is not BrokerRole.SLAVE or broker.master_address != address:
+        if broker.role is not BrokerRole.SLAVE or master_metadata_address(broker) != address:
             continue  # the role moved while the poll was out: another master's positions are not ours
         try:
             broker.adopt_metadata(metadata)
@@ -141,6 +181,16 @@ async def copy_master_metadata(broker: Broker) -> None:
             await asyncio.sleep(SYNC_METADATA_INTERVAL_S)
             continue
         applied = (address, metadata.incarnation, metadata.version)
+
+
+def master_metadata_address(broker: Broker) -> str:
+    """Where a slave copies its master's metadata: the master's gRPC port at the host it replicates
+    from (the master's brokerIP2, by default its brokerIP1: the host the members reach it at, so
+    both member links can be routed apart from the clients'); empty until it follows a master."""
+    if broker.slave is None or not broker.master_address:
+        return ""
+    host, _ = broker.slave.master_address
+    return f"{host}:{broker.master_address.rpartition(':')[2]}"
 
 
 async def every(interval_ms, action) -> None:

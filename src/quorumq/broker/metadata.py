@@ -107,14 +107,16 @@ class MetadataSync:
         waits for one still has time for the members."""
         return self.config["slaveTimeout"] / 2000
 
-    async def replicated(self, version: int, what: str) -> None:
+    async def replicated(self, version: int, what: str, deadline: float | None = None) -> None:
         """In controller mode with allAckInSyncStateSet, wait until every other SyncStateSet
         member, and every slave joining it, has applied metadata `version`
-        (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout)."""
+        (SLAVE_PERSISTENCE_TIMEOUT after slaveTimeout, or at `deadline`, the clock's monotonic
+        time, if that comes first)."""
         if not self.all_ack_in_sync_state_set:
             return
         broker = self._broker
-        deadline = self.clock.monotonic() + self.config["slaveTimeout"] / 1000
+        deadline = min(self.clock.monotonic() + self.config["slaveTimeout"] / 1000,
+                       float("inf") if deadline is None else deadline)
         while True:
             if broker.sync_state is None:
                 raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"this broker is no longer the master: make the "

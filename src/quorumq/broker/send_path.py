@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from quorumq import limits
 from quorumq.core import codec
@@ -143,7 +143,8 @@ class SendPath:
                         results[index] = PutResult(status, message.queue_id, queue_offset, master_epoch=epoch)
             if retried:
                 epoch = self._broker.master_epoch
-                status = await self._confirm([copy for _, copy in retried], answer_by)
+                status = await self._confirm([copy for _, copy in retried],
+                                             {messages[index].topic for index, _ in retried}, answer_by)
                 for index, copy in retried:
                     results[index] = PutResult(status, copy.queue_id, copy.queue_offset, master_epoch=epoch)
         except QuorumqError as error:  # refused whole: disk full, overload, a slave, a store that stopped
@@ -194,7 +195,8 @@ class SendPath:
         copy = self.recent_sends.batch(request_id, queue_id, count, lambda: _last_message_id(records))
         if copy is not None:
             epoch = self._broker.master_epoch
-            return PutResult(await self._confirm([copy], answer_by), queue_id, copy.queue_offset, master_epoch=epoch)
+            return PutResult(await self._confirm([copy], [topic], answer_by), queue_id, copy.queue_offset,
+                             master_epoch=epoch)
         plan = self._admit(count)
         if plan.rejected:
             return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, queue_id, master_epoch=self._broker.master_epoch)
@@ -209,12 +211,12 @@ class SendPath:
         status, appended, epoch = await self._append(plan, count, {topic: count}, append, answer_by)
         return PutResult(status, queue_id, appended.offsets[0][1], master_epoch=epoch)
 
-    async def _confirm(self, copies: list[StoredCopy], answer_by: float | None) -> PutStatus:
-        """A client's resend of what this master stored: the first copies' outcome, once they
-        have what the current settings need."""
+    async def _confirm(self, copies: list[StoredCopy], topics: Iterable[str], answer_by: float | None) -> PutStatus:
+        """A client's resend of what this master stored (to `topics`): the first copies' outcome,
+        once they have what the current settings need."""
         self.check_role()
         return await self._await_copies(max(copy.end_offset for copy in copies), self.plan_put().need_ack,
-                                        answer_by)
+                                        topics, answer_by)
 
     async def _append(self, plan: AckPlan, count: int, topics: Mapping[str, int],
                       store_append: Callable[[], AppendResult],
@@ -237,7 +239,7 @@ class SendPath:
             broker.replication.notify_appended()
             for topic in topics:
                 broker.arrivals.notify(topic)
-            status = await self._await_copies(appended.end_offset, plan.need_ack, answer_by)
+            status = await self._await_copies(appended.end_offset, plan.need_ack, topics, answer_by)
             if broker.readable_end() is not None:  # readable only now that the members hold them
                 for topic in topics:
                     broker.arrivals.notify(topic)
@@ -245,11 +247,14 @@ class SendPath:
             self.pending_messages -= count
         return status, appended, epoch
 
-    async def _await_copies(self, end_offset: int, need_ack: int, answer_by: float | None) -> PutStatus:
+    async def _await_copies(self, end_offset: int, need_ack: int, topics: Iterable[str],
+                            answer_by: float | None) -> PutStatus:
         """Wait, side by side, for the flush the config asks for (syncFlushTimeout) and for
         `need_ack` copies (the master's included) of everything below `end_offset` (slaveTimeout),
         each cut short at `answer_by` so the client gets a status rather than its own timeout;
-        the replica outcome wins."""
+        the replica outcome wins. A PUT_OK then waits, by the same deadline, for the members to
+        hold those of `topics` auto-created here (Topics.held), which raises as a topic update's
+        wait does."""
         broker = self._broker
         now = broker.clock.monotonic()
         answer_by = float("inf") if answer_by is None else answer_by
@@ -257,9 +262,9 @@ class SendPath:
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             flush_by = min(now + self.config["syncFlushTimeout"] / 1000, answer_by)
             flush = broker.flusher.wait_flushed(end_offset, max(flush_by - now, 0.0))
+        replicas_by = min(now + self.config["slaveTimeout"] / 1000, answer_by)
         if needs_copies(need_ack):
-            replicas = broker.replication.wait_acked(
-                end_offset, need_ack, min(now + self.config["slaveTimeout"] / 1000, answer_by))
+            replicas = broker.replication.wait_acked(end_offset, need_ack, replicas_by)
         flushed, replica_status = True, PutStatus.PUT_OK
         if flush is not None and replicas is not None:
             flushed, replica_status = await asyncio.gather(flush, replicas)
@@ -267,7 +272,10 @@ class SendPath:
             flushed = await flush
         elif replicas is not None:
             replica_status = await replicas
-        return final_status(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, replica_status)
+        status = final_status(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, replica_status)
+        if status is PutStatus.PUT_OK:  # a send answered otherwise is not acknowledged: it need not wait
+            await broker.topics.held(topics, replicas_by)
+        return status
 
     # Recent sends: a producer's resend is answered from the first copy.
 

@@ -2,8 +2,10 @@
 or a read may use, and the changes slaves copy (broker/metadata.py carries them)."""
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
+from quorumq import limits
 from quorumq.core.quorum import BrokerRole
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import PERM_READ, PERM_WRITE
@@ -18,9 +20,16 @@ class Topics:
         self.config = broker.config
         self.configs = TopicConfigs(Path(self.config["storePathRootDir"]))
         self._round_robin: dict[str, int] = {}
+        self._queues = 0  # the queue total of every topic (limits.QUEUES_PER_BROKER_MAX), kept as they change
+        # Topics created or changed since the name servers last heard (take_changes); None: since a
+        # change only every topic tells (a deletion, a slave adopting its master's), or the start.
+        self._changed: set[str] | None = None
+        # Topics auto-created here that the members may not hold yet -> the metadata version that made them.
+        self._unconfirmed: dict[str, int] = {}
 
     def load(self) -> None:
         self.configs.load()
+        self._queues = sum(map(queue_count, self.configs.all()))
 
     def all(self) -> list[TopicConfig]:
         return self.configs.all()
@@ -33,10 +42,32 @@ class Topics:
             raise QuorumqError(Error.TOPIC_NOT_FOUND, f"topic {topic} does not exist on {self.config['brokerName']} "
                                                       "and autoCreateTopicEnable is false")
         queues = self.config["defaultTopicQueueNums"]
-        return self.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
+        config = self.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
+        self._unconfirmed[topic] = self._broker.metadata_sync.version
+        return config
+
+    async def held(self, topics: Iterable[str], deadline: float) -> None:
+        """A send to a topic auto-created here is acknowledged only once the members hold the topic,
+        as an operator's topic update is answered (change_topic): a failover right after must not
+        lose it. Raises as that update does, at `deadline` (the clock's monotonic time) at the latest."""
+        waited = sorted(topic for topic in topics if topic in self._unconfirmed)
+        if not waited:
+            return
+        version = max(self._unconfirmed[topic] for topic in waited)
+        await self._broker.metadata_sync.replicated(version, f"creation of topic {', '.join(waited)}", deadline)
+        self._unconfirmed = {topic: made for topic, made in self._unconfirmed.items() if made > version}
 
     def update_topic(self, config: TopicConfig) -> TopicConfig:
+        old = self.configs.get(config.name)
+        queues = self._queues + queue_count(config) - (queue_count(old) if old is not None else 0)
+        if queues > limits.QUEUES_PER_BROKER_MAX:
+            raise QuorumqError(Error.TOO_MANY_REQUESTS, f"topic {config.name} refused: this broker's topics "
+                                                        f"would have {queues} queues, more than "
+                                                        f"{limits.QUEUES_PER_BROKER_MAX}")
         self.configs.put(config)
+        self._queues = queues
+        if self._changed is not None:
+            self._changed.add(config.name)
         self._broker.topics_changed.set()
         self._broker.metadata_sync.new_version()
         log.info("topic %s: read %d write %d perm %d", config.name, config.read_queue_nums,
@@ -52,7 +83,11 @@ class Topics:
             await self._broker.metadata_sync.replicated(self._broker.metadata_sync.version, "topic update")
 
     def delete_topic(self, topic: str) -> None:
+        old = self.configs.get(topic)
         self.configs.delete(topic)
+        self._queues -= queue_count(old) if old is not None else 0
+        self._changed = None
+        self._unconfirmed.pop(topic, None)
         self._broker.store.delete_topic(topic)
         self._broker.consumers.delete_topic(topic)
         self._broker.topics_changed.set()
@@ -61,11 +96,18 @@ class Topics:
         """A slave takes its master's topic configs. It never deletes a topic the master lacks (a
         master whose config was lost must not empty its slaves); `quorumq admin deleteTopic`
         deletes on every replica."""
-        before = self.configs.all()
-        for config in topics:
-            self.configs.put(config)
-        if self.configs.all() != before:
+        if self.configs.adopt(topics):
+            self._queues = sum(map(queue_count, self.configs.all()))
+            self._changed = None
             self._broker.topics_changed.set()
+
+    def take_changes(self) -> list[TopicConfig] | None:
+        """The topics created or changed since the last call, for an increment registration; None
+        when only every topic will do. From now on, changes are counted afresh."""
+        changed, self._changed = self._changed, set()
+        if changed is None:
+            return None
+        return [config for name in sorted(changed) if (config := self.configs.get(name)) is not None]
 
     def readable_queue_ids(self, topic: str) -> list[int]:
         config = self.topic_config(topic, create=False)
@@ -100,7 +142,13 @@ class Topics:
         broker = self._broker
         if broker.metadata_sync.all_ack_in_sync_state_set and broker.sync_state is None:
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "this broker is not the master: commit to the master")
+        broker.consumers.touch(group)  # a new group, within GROUPS_MAX
         broker.consumers.commit(group, topic, queue_id, offset)
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             broker.consumers.persist()
         await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")
+
+
+def queue_count(config: TopicConfig) -> int:
+    """The queues a topic has on disk and in routes: the larger of its read and write counts."""
+    return max(config.read_queue_nums, config.write_queue_nums)

@@ -9,6 +9,7 @@ which applied the change and which did not.
 import asyncio
 from typing import Any
 
+from quorumq import limits
 from quorumq.client.errors import ClientError, FanOutError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, call
 from quorumq.cluster import cluster_pb2 as pb
@@ -108,6 +109,10 @@ class AdminClient:
         request = pb.GroupRequest(group=group, topic=topic)
         return await self._on_masters(cluster, "GetConsumerProgress", request)
 
+    async def consumer_connections(self, group: str, cluster: str | None = None) -> list[pb.ConsumerConnections]:
+        """Per master: how many of the group's consumers are connected to it now."""
+        return await self._on_masters(cluster, "GetConsumerConnections", pb.GroupRequest(group=group))
+
     async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
                                    cluster: str | None = None) -> list[pb.ConsumerProgress]:
         """Move the group's offsets to the first message stored at or after the timestamp."""
@@ -119,8 +124,12 @@ class AdminClient:
         return await self._call(self._broker(address).GetMetadata, pb.MetadataRequest())
 
     async def add_consumer_groups(self, address: str, groups: dict[str, int]) -> None:
-        """Make one broker know consumer groups (group -> first contact, ms); known ones keep theirs."""
-        await self._call(self._broker(address).AddConsumerGroups, pb.ConsumerGroups(groups=groups))
+        """Make one broker know consumer groups (group -> first contact, ms); known ones keep theirs.
+        A broker takes GROUPS_PER_REQUEST_MAX groups a request: more go in several."""
+        names = list(groups)
+        for start in range(0, len(names), limits.GROUPS_PER_REQUEST_MAX):
+            chunk = {name: groups[name] for name in names[start:start + limits.GROUPS_PER_REQUEST_MAX]}
+            await self._call(self._broker(address).AddConsumerGroups, pb.ConsumerGroups(groups=chunk))
 
     async def queue_progress(self, address: str, group: str, topic: str) -> pb.ConsumerProgress:
         """One broker's queues of a topic: min, max and the group's offsets."""

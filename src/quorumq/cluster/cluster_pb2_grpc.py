@@ -394,6 +394,11 @@ class BrokerAdminStub:
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerProgress.FromString,
                 _registered_method=True)
+        self.GetConsumerConnections = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/GetConsumerConnections',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerConnections.FromString,
+                _registered_method=True)
         self.ResetOffsetByTime = channel.unary_unary(
                 '/quorumq.cluster.BrokerAdmin/ResetOffsetByTime',
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ResetOffsetRequest.SerializeToString,
@@ -455,6 +460,13 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetConsumerConnections(self, request, context):
+        """the request's topic is unused
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ResetOffsetByTime(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -511,6 +523,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.GetConsumerProgress,
                     request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerProgress.SerializeToString,
+            ),
+            'GetConsumerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerConnections,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerConnections.SerializeToString,
             ),
             'ResetOffsetByTime': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetOffsetByTime,
@@ -695,6 +712,33 @@ class BrokerAdmin:
             '/quorumq.cluster.BrokerAdmin/GetConsumerProgress',
             quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.ConsumerProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/GetConsumerConnections',
+            quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.ConsumerConnections.FromString,
             options,
             channel_credentials,
             insecure,

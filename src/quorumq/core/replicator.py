@@ -1,7 +1,7 @@
 """The replicator's decisions, free of I/O: source offsets as JSON, how much each queue may read in
 one micro-batch, which destination queue a source queue writes to, the loop check, the replay
-de-duplication cut, the translation of consumer-group offsets through offset syncs, and what the
-config job changes on the target (topics and consumer groups).
+de-duplication cut, the translation of consumer-group offsets through offset syncs, which groups the
+checkpoint job may move, and what the config job changes on the target (topics and consumer groups).
 
 A queue is named by a `QueueKey` (topic, broker name, queue id); it never travels as a joined string,
 since broker names may contain any character a joiner would use.
@@ -254,3 +254,20 @@ def group_changes(source: Mapping[str, Mapping[str, int]],
         if missing:
             changes[broker] = missing
     return changes
+
+
+def groups_to_checkpoint(groups: Sequence[str],
+                         live_consumers: Mapping[str, Mapping[str, int]]) -> tuple[list[str], dict[str, int]]:
+    """Which groups the checkpoint job may move on the target (as MirrorMaker 2 writes only to
+    groups empty on the target): those no target broker reports a live consumer of (group ->
+    broker name -> live consumers); the others are skipped this round, with their live consumers
+    summed over the brokers. A consumer's offsets must not move under it; once its consumers have
+    left, a later round moves the group."""
+    write, skipped = [], {}
+    for group in groups:
+        live = sum(live_consumers.get(group, {}).values())
+        if live:
+            skipped[group] = live
+        else:
+            write.append(group)
+    return write, skipped

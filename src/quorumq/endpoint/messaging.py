@@ -137,7 +137,9 @@ class MessagingService(UnservedMessagingService):
     @answers(v5s.HeartbeatResponse)
     async def Heartbeat(self, request, context):
         if request.HasField("group") and request.group.name:
-            self.broker.consumers.touch(group_name(request.group))
+            group = group_name(request.group)
+            self.broker.consumers.touch(group)
+            self.broker.consumers.heard_from(group)
         return v5s.HeartbeatResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context):
@@ -145,6 +147,7 @@ class MessagingService(UnservedMessagingService):
         carries only its status, which ends the Node.js client's startup with the error; the stream
         stays open, so the client does not reopen it and ask again every second."""
         session = None  # what the connection metrics count this stream as, once its settings came
+        consumer_group = None  # the group whose live consumer this stream is (broker/consumers.py)
         try:
             async for command in request_iterator:
                 if command.HasField("settings"):
@@ -154,10 +157,16 @@ class MessagingService(UnservedMessagingService):
                         reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
                     if session is None and self.broker.metrics is not None and reply.status.code == CODE_OK:
                         session = self.broker.metrics.session_opened(command.settings, context.invocation_metadata())
+                    subscription = command.settings.subscription
+                    if consumer_group is None and reply.status.code == CODE_OK and subscription.group.name:
+                        consumer_group = group_name(subscription.group)
+                        self.broker.consumers.session_opened(consumer_group)
                     yield reply
         finally:
             if session is not None:
                 self.broker.metrics.session_closed(session)
+            if consumer_group is not None:
+                self.broker.consumers.session_closed(consumer_group)
 
     def _settings_reply(self, settings: v5.Settings) -> v5.Settings:
         """Echo the client's settings with the broker's values laid over (grpc-client.md section 4)."""

@@ -26,7 +26,11 @@ class NameServerService(pb_grpc.NameServerServicer):
 
     async def RegisterBroker(self, request, context):
         await _check_names(request, context)
-        return self.registry.register(request, self.clock.monotonic_ms())
+        try:
+            return self.registry.register(request, self.clock.monotonic_ms())
+        except QuorumqError as error:  # past a total: the broker's earlier registration, if any, stays
+            log.warning("registration from %s refused: %s", context.peer(), error)
+            await abort(context, error)
 
     async def UnregisterBroker(self, request, context):
         await _check_names(request, context)

@@ -24,6 +24,7 @@ from quorumq.endpoint.writer import MessageWriterService
 from quorumq.listen import grpc_server
 from quorumq.metrics import Exporter
 from quorumq.process import run, until_signalled
+from quorumq.protocol.v5 import REQUEST_BOUNDS
 
 log = logging.getLogger("quorumq.broker")
 
@@ -33,17 +34,20 @@ async def serve(config: Config) -> None:
     clock = Clock()
     address = f"{config['bindAddress']}:{config['listenPort']}"
     broker = Broker(config, clock)
-    # Bound before the store's recovery, so that a taken port is said at once.
+    # Bound before the store's recovery, so that a taken port is said at once. gRPC's limits follow
+    # maxMessageSize as the broker starts: a live change takes effect on the next start.
+    message_limit = limits.grpc_receive_bytes(config["maxMessageSize"])
     server = grpc_server(address, options=[
-        ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
-        ("grpc.max_send_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
-    ], interceptors=[broker.metrics.rpc] if broker.metrics is not None else [])
+        ("grpc.max_receive_message_length", message_limit),
+        ("grpc.max_send_message_length", message_limit),
+    ], interceptors=[broker.metrics.rpc] if broker.metrics is not None else [], bounds=REQUEST_BOUNDS,
+        config=config, clock=clock)
     broker.open()
     namesrv = NameServerLink(broker)
     # In controller mode every replica takes the official client's requests for the master.
     messaging = (ForwardingMessagingService if broker.controller_mode else MessagingService)(broker, namesrv.route)
     v5_grpc.add_MessagingServiceServicer_to_server(messaging, server)
-    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.register), server)
+    pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdminService(broker, namesrv.publish), server)
     pb_grpc.add_MessageReaderServicer_to_server(MessageReaderService(broker), server)
     pb_grpc.add_MessageWriterServicer_to_server(MessageWriterService(broker), server)
     await server.start()

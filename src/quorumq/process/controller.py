@@ -22,7 +22,7 @@ async def serve(config: Config) -> None:
     zookeeper = KazooClient(hosts=config["zookeeperAddress"], timeout=config["zookeeperSessionTimeoutMillis"] / 1000)
     controller = Controller(config, zookeeper, Clock())
     # Before ZooKeeper: a taken port ends it with no session open.
-    server = grpc_server(controller.address, SERVER_OPTIONS)
+    server = grpc_server(controller.address, SERVER_OPTIONS, config=config, clock=controller.clock)
     # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
     await asyncio.to_thread(zookeeper.start_async)
     pb_grpc.add_ControllerServicer_to_server(controller, server)

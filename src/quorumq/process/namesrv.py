@@ -6,6 +6,7 @@ import logging
 
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
+from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.config import Config
@@ -19,6 +20,7 @@ from quorumq.namesrv.service import (
 )
 from quorumq.process import run, until_signalled
 from quorumq.protocol.routes import RouteRegistry
+from quorumq.protocol.v5 import REQUEST_BOUNDS
 
 log = logging.getLogger("quorumq.namesrv")
 
@@ -28,7 +30,9 @@ async def serve(config: Config) -> None:
     registry = RouteRegistry(not_active_timeout_ms=config["brokerNotActiveTimeoutMillis"])
     address = f"{config['bindAddress']}:{config['listenPort']}"
     rpc = RpcLatency(clock) if enabled(config) else None
-    server = grpc_server(address, interceptors=[rpc] if rpc is not None else [])
+    server = grpc_server(address, options=[("grpc.max_receive_message_length", limits.REGISTRATION_BYTES_MAX)],
+                         interceptors=[rpc] if rpc is not None else [], bounds=REQUEST_BOUNDS,
+                         config=config, clock=clock)
     exporter = Exporter(config, lambda: collect(registry, rpc, address)) if rpc is not None else None
     pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
     v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)

@@ -8,9 +8,11 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
+from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.message_rules import check_name
 from quorumq.errors import Error, QuorumqError
+from quorumq.listen import RequestBound
 from quorumq.protocol.constants import MASTER_ID, PERM_READ, PERM_WRITE
 from quorumq.protocol.wire_errors import v5_code
 
@@ -144,3 +146,29 @@ def _refuse(method):
 
 for _method in v5s.DESCRIPTOR.services_by_name["MessagingService"].methods:
     setattr(UnservedMessagingService, _method.name, _refuse(_method))
+
+
+def _bound(method) -> RequestBound:
+    """What a v5 request may hold before it is parsed (listen.py); a refusal is the method's answer
+    with its status, as a rule the handler checks would be. SendMessage is bounded by gRPC's
+    receive limit (maxMessageSize and the batch limit), its message count and, when large, the
+    fields of its messages; AckMessage by its entries and size, every other request by its size."""
+    response_type = getattr(v5s, method.output_type.name)
+
+    def answer(error: QuorumqError) -> object:
+        return response_type(status=error_status(error))
+
+    if method.name == "SendMessage":
+        messages = v5s.SendMessageRequest.MESSAGES_FIELD_NUMBER
+        return RequestBound(None, messages, limits.BATCH_MESSAGES_MAX, "messages",  # in a large one, the
+                            enter={messages: {v5.Message.SYSTEM_PROPERTIES_FIELD_NUMBER: {}}},  # properties and keys
+                            entry_fields_max=limits.MESSAGE_FIELDS_MAX, answer=answer)
+    if method.name == "AckMessage":
+        return RequestBound(limits.REQUEST_BYTES_MAX, v5s.AckMessageRequest.ENTRIES_FIELD_NUMBER,
+                            limits.ACK_ENTRIES_MAX, "entries", answer=answer)
+    return RequestBound(limits.REQUEST_BYTES_MAX, answer=answer)
+
+
+_SERVICE = v5s.DESCRIPTOR.services_by_name["MessagingService"]
+# Full method name -> its bound, for every process that serves the v5 service (grpc_server's bounds).
+REQUEST_BOUNDS = {f"/{_SERVICE.full_name}/{method.name}": _bound(method) for method in _SERVICE.methods}

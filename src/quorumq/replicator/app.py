@@ -55,7 +55,8 @@ def start_jobs(spark: Any, settings: Settings) -> list[Any]:
 
 def progress_lines(progress: dict[str, dict], settings: Settings) -> list[str]:
     """One line per query with data (rows/s and lag per queue), from each query's last progress
-    (DriverMetrics.refresh), then the sink's counters and the heartbeat's latest status."""
+    (DriverMetrics.refresh), then the sink's counters, the heartbeat's latest status and the
+    checkpoint job's last round."""
     lines = []
     for name, last in progress.items():
         source = last["sources"][0]
@@ -64,7 +65,8 @@ def progress_lines(progress: dict[str, dict], settings: Settings) -> list[str]:
         lines.append(f"{name}: batch {last['batchId']} rows {last['numInputRows']} "
                      f"in {source.get('inputRowsPerSecond', 0):.0f}/s processed "
                      f"{source.get('processedRowsPerSecond', 0):.0f}/s lag {sum(lag.values())} {json.dumps(lag)}")
-    for name, path in (("totals", settings.metrics_path), ("heartbeat", settings.heartbeat_path)):
+    for name, path in (("totals", settings.metrics_path), ("heartbeat", settings.heartbeat_path),
+                       ("checkpoint", settings.groups_path)):
         if path.exists():
             lines.append(f"{name}: {path.read_text()}")
     return lines

@@ -5,7 +5,7 @@
 - heartbeat: a tick that sends a heartbeat to the source's HEARTBEAT_TOPIC, a replicate query of
   that topic, and the tick reads the target's copy back for latency and connectivity;
 - checkpoint: translates consumer-group offsets from the source to the target through the offset
-  syncs the replicate sink writes with each batch;
+  syncs the replicate sink writes with each batch, for groups with no live consumer on the target;
 - config: copies topics (queue numbers, permission) to the target, created or expanded, never shrunk,
   and the consumer groups the source knows (access rules too, once quorumq brokers have them).
 
@@ -63,6 +63,10 @@ class Settings:
     @property
     def heartbeat_path(self) -> Path:
         return self.checkpoint / "heartbeat.json"
+
+    @property
+    def groups_path(self) -> Path:
+        return self.checkpoint / "checkpoint-groups.json"
 
 
 def _start(spark: Any, name: str, writer: Any, settings: Settings, interval_s: float) -> Any:
@@ -250,7 +254,8 @@ def start_checkpoint(spark: Any, settings: Settings) -> Any:
 class GroupTranslator:
     """Follows the offset syncs on the target and moves the target's committed offsets of the
     chosen groups to the translation of their source offsets: only forward, never past a message
-    the group has not consumed on the source."""
+    the group has not consumed on the source, and never while the group has a live consumer on the
+    target. Each round's outcome goes to a JSON file (Settings.groups_path)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -278,15 +283,25 @@ class GroupTranslator:
             self.syncs.add(key, (OffsetSync(source, target) for source, target in queue["syncs"]))
 
     def translate_groups(self) -> dict[str, dict[QueueKey, int]]:
-        """Translate every chosen group; the target offsets committed, by group."""
+        """Translate every chosen group that has no live consumer on the target; the target offsets
+        committed, by group translated."""
         try:
             self.read_syncs()
         except ClientError as error:
             if error.name != "TOPIC_NOT_FOUND":  # nothing replicated yet
                 raise
-        moved = {}
-        for group in self.settings.groups:
-            moved[group] = self._translate_group(group)
+        target_admin, target_cluster = clients.admin(self.settings.target), clients.cluster_name(self.settings.target)
+        live = {group: {broker.broker_name: broker.live_consumers
+                        for broker in target_admin.consumer_connections(group, target_cluster)}
+                for group in self.settings.groups}
+        writable, skipped = plan.groups_to_checkpoint(self.settings.groups, live)
+        for group, consumers in skipped.items():
+            log.info("checkpoint: group %s left as it is: %d live consumers on the target", group, consumers)
+        moved = {group: self._translate_group(group) for group in writable}
+        status = {"checkedAt": _now_ms(), "translated": {group: len(queues) for group, queues in moved.items()},
+                  "skipped": skipped}
+        self.settings.groups_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.settings.groups_path, json.dumps(status).encode())
         return moved
 
     def _translate_group(self, group: str) -> dict[QueueKey, int]:

@@ -1,6 +1,6 @@
 """The replicator driver's Prometheus metrics (`quorumq replicator run --metrics HOST:PORT`,
-docs/observability.md): what its sink counted, its heartbeat, and per source queue the messages
-not yet replicated.
+docs/observability.md): what its sink counted, its heartbeat, the checkpoint job's last round, and
+per source queue the messages not yet replicated.
 
 The driver is not an event loop: prometheus_client's own HTTP server thread serves the scrape. It
 reads the JSON files the jobs write (atomically replaced) and the queries' progress the driver's
@@ -60,6 +60,10 @@ class DriverMetrics:
                              int(bool(heartbeat.get("alive"))))
         yield families.gauge("quorumq_replicator_heartbeat_latency_seconds", "the last heartbeat's travel time",
                              heartbeat.get("latencyMs", 0) / 1000)
+        groups = _read_json(settings.groups_path)
+        yield families.gauge("quorumq_replicator_checkpoint_groups", "groups the checkpoint job's last round "
+                             "translated, or skipped for their live consumers on the target",
+                             {state: len(groups.get(state, {})) for state in ("translated", "skipped")}, ["state"])
         rates, lag = {}, {}
         for name, progress in self.progress.items():
             source = progress["sources"][0]

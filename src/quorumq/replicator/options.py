@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--starting", choices=("earliest", "latest"), default="latest",
                         help="where a new checkpoint starts reading each queue (default latest)")
     parser.add_argument("--groups", nargs="*", default=[],
-                        help="consumer groups whose offsets the checkpoint job translates to the standby")
+                        help="consumer groups whose offsets the checkpoint job translates to the standby "
+                             "(each while it has no live consumer there)")
     parser.add_argument("--max-records-per-trigger", type=positive_int,
                         default=limits.REPLICATOR_MAX_RECORDS_PER_TRIGGER,
                         help="messages one micro-batch reads at most, shared fairly by the queues")

@@ -8,6 +8,7 @@ from quorumq.store.atomic_file import write_atomically
 from quorumq.store.consumer_offsets import ConsumerOffsets
 from quorumq.store.flush import Flusher
 from quorumq.store.interface import AppendResult, GetResult, GetStatus, MessageIn, RecoveryReport, Store
+from quorumq.store.keyed_log import KeyedLog
 from quorumq.store.memory import MemoryStore
 from quorumq.store.message_store import MessageStore
 from quorumq.store.recovery import Damage, classify_damage
@@ -15,7 +16,7 @@ from quorumq.store.retention import segments_to_delete
 from quorumq.store.topic_configs import TopicConfig, TopicConfigs
 
 __all__ = [
-    "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "MemoryStore",
+    "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "KeyedLog", "MemoryStore",
     "MessageIn", "MessageStore", "RecoveryReport", "Store", "StoredMessage", "TopicConfig",
     "TopicConfigs", "classify_damage",
     "segments_to_delete", "tag_hash", "write_atomically",

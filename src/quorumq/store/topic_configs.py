@@ -1,18 +1,19 @@
-"""Topic configurations (queue counts and permission) kept in `<root>/config/topics.json`.
+"""Topic configurations (queue counts and permission) kept in `<root>/config/topics.log`.
 
-Every change is written at once, atomically: topics change rarely and must survive a crash.
+Every change is on disk before it is answered, appended to the log (store/keyed_log.py): a new
+topic costs one small write however many topics there are.
 """
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quorumq import limits
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import PERM_READ_WRITE
-from quorumq.store.atomic_file import write_atomically
+from quorumq.store.keyed_log import KeyedLog
 
-FILE_NAME = "topics.json"
+FILE_NAME = "topics.log"
+LEGACY_FILE_NAME = "topics.json"  # the whole-file form of earlier versions, taken into the log on load
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,41 +35,39 @@ class TopicConfig:
             raise QuorumqError(Error.BAD_REQUEST, f"topic permission {self.perm} outside 0..7")
 
 
+def _topic_config(fields: dict) -> TopicConfig:
+    return TopicConfig(**fields)
+
+
 class TopicConfigs:
     def __init__(self, root: Path) -> None:
-        self.path = Path(root) / "config" / FILE_NAME
-        self._topics: dict[str, TopicConfig] = {}
+        directory = Path(root) / "config"
+        self._log = KeyedLog(directory / FILE_NAME, "topic configs", asdict, _topic_config,
+                             legacy=directory / LEGACY_FILE_NAME)
+
+    @property
+    def path(self) -> Path:
+        return self._log.path
 
     def load(self) -> None:
-        try:
-            data = json.loads(self.path.read_bytes())
-            self._topics = {name: TopicConfig(**fields) for name, fields in data.items()}
-        except FileNotFoundError:
-            self._topics = {}
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise QuorumqError(Error.STORE_CORRUPTED,
-                               f"unreadable topic configs {self.path}: {exc}") from None
+        self._log.load()
 
     def get(self, name: str) -> TopicConfig | None:
-        return self._topics.get(name)
+        return self._log.get(name)
 
     def all(self) -> list[TopicConfig]:
-        return [self._topics[name] for name in sorted(self._topics)]
+        entries = self._log.entries
+        return [entries[name] for name in sorted(entries)]
 
     def put(self, config: TopicConfig) -> None:
-        if self._topics.get(config.name) != config:
-            if config.name not in self._topics and len(self._topics) >= limits.TOPICS_MAX:
-                raise QuorumqError(Error.TOO_MANY_REQUESTS, f"there are already {limits.TOPICS_MAX} topics")
-            self._topics[config.name] = config
-            self._persist()
+        if config.name not in self._log and len(self._log) >= limits.TOPICS_MAX:
+            raise QuorumqError(Error.TOO_MANY_REQUESTS, f"there are already {limits.TOPICS_MAX} topics")
+        self._log.put(config.name, config)
+
+    def adopt(self, configs: list[TopicConfig]) -> bool:
+        """A slave's copy of its master's topics, in one write and whatever their number (the
+        master kept to TOPICS_MAX); whether anything changed."""
+        return self._log.update({config.name: config for config in configs})
 
     def delete(self, name: str) -> bool:
-        if self._topics.pop(name, None) is None:
-            return False
-        self._persist()
-        return True
-
-    def _persist(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {name: asdict(config) for name, config in sorted(self._topics.items())}
-        write_atomically(self.path, json.dumps(data, indent=1).encode())
+        return self._log.delete(name)

@@ -1,0 +1,222 @@
+"""Limits on what the clients of a gRPC server hold: its connections, per client address, and the
+answer bytes a connection has not taken yet. gRPC bounds the total of connections, the calls of one
+connection and how long a connection may sit idle (channel args, `channel_options`); it shows a
+server none of its connections, so the rest is counted here from the calls, by their peer
+(`context.peer()`, "ipv4:1.2.3.4:port": one per connection).
+
+A connection whose client never reads keeps its unsent answers in the server's memory until the
+client's deadline passes or the connection closes: gRPC cannot reset one stream from the server
+(an abort with an answer still waiting for flow control leaves it queued). So a connection may hold
+at most `grpcPendingAnswerBytesPerConnection` of answers handed to gRPC and not yet sent: a further
+answer waits for room (back-pressure), and past PENDING_ANSWER_WAIT_S its call ends with
+RESOURCE_EXHAUSTED, its answer dropped."""
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from quorumq import limits
+from quorumq.errors import Error
+
+log = logging.getLogger("quorumq.listen")
+
+
+def channel_options(idle_ms: int, calls_per_connection: int, connections_max: int) -> list[tuple[str, int]]:
+    """gRPC's own limits on a server's connections."""
+    return [("grpc.max_connection_idle_ms", idle_ms),
+            ("grpc.server_handshake_timeout_ms", limits.HANDSHAKE_TIMEOUT_MS),
+            ("grpc.max_concurrent_streams", calls_per_connection),
+            ("grpc.max_allowed_incoming_connections", connections_max)]
+
+
+def client_address(peer: str) -> str:
+    """The client's address in a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000"), port dropped."""
+    return peer.rpartition(":")[0] or peer
+
+
+@dataclass
+class _Peer:
+    calls: int = 0  # in flight
+    pending_bytes: int = 0  # answers handed to gRPC, not sent yet
+    last_active_ms: int = 0  # when its last call ended
+
+
+class Peers:
+    """Pure bookkeeping: the connections (peers) of each client address that made calls, and what
+    each has in flight. A peer without calls for longer than the idle timeout was closed by gRPC
+    (max_connection_idle) and is forgotten; one with a call in flight (a Telemetry stream) never is."""
+
+    def __init__(self, per_address_max: int, idle_ms: int, pending_bytes_max: int) -> None:
+        self.per_address_max = per_address_max
+        self.idle_ms = idle_ms
+        self.pending_bytes_max = pending_bytes_max
+        self._peers: dict[str, _Peer] = {}
+        self._by_address: dict[str, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def connections(self, address: str) -> int:
+        return len(self._by_address.get(address, ()))
+
+    def call_started(self, peer: str, now_ms: int) -> bool:
+        """Count a call of `peer`; False (nothing counted) when it is a new connection of an address
+        that has per_address_max already."""
+        known = self._peers.get(peer)
+        if known is None:
+            address = client_address(peer)
+            if len(self._by_address.get(address, ())) >= self.per_address_max:
+                self._forget_idle(address, now_ms)
+                if len(self._by_address.get(address, ())) >= self.per_address_max:
+                    return False
+            self._peers[peer] = _Peer(calls=1)
+            self._by_address.setdefault(address, set()).add(peer)
+            if len(self._peers) > 2 * self.per_address_max:  # many addresses: forget their idle peers too
+                for other in list(self._by_address):
+                    self._forget_idle(other, now_ms)
+            return True
+        known.calls += 1
+        return True
+
+    def call_ended(self, peer: str, now_ms: int) -> int:
+        """Count the end of a call of `peer`; its calls still in flight."""
+        known = self._peers[peer]
+        known.calls -= 1
+        known.last_active_ms = now_ms
+        return known.calls
+
+    def has_room(self, peer: str) -> bool:
+        """Whether the peer's unsent answers are below its room: only then does a call of it start."""
+        return self._peers[peer].pending_bytes < self.pending_bytes_max
+
+    def hold(self, peer: str, size: int) -> bool:
+        """Count an answer of `size` bytes as pending on the peer: whether it may go to gRPC now,
+        within the room (one answer always may on a peer with no other pending, however large)."""
+        known = self._peers[peer]
+        known.pending_bytes += size
+        return self.may_send(peer, size)
+
+    def may_send(self, peer: str, size: int) -> bool:
+        """Whether an answer of `size` bytes held on the peer may go to gRPC now."""
+        pending = self._peers[peer].pending_bytes
+        return pending <= self.pending_bytes_max or pending == size
+
+    def release(self, peer: str, size: int) -> None:
+        self._peers[peer].pending_bytes -= size
+
+    def _forget_idle(self, address: str, now_ms: int) -> None:
+        peers = self._by_address[address]
+        for peer in [p for p in peers if self._idle(self._peers[p], now_ms)]:
+            peers.discard(peer)
+            del self._peers[peer]
+        if not peers:
+            del self._by_address[address]
+
+    def _idle(self, peer: _Peer, now_ms: int) -> bool:
+        return peer.calls == 0 and not peer.pending_bytes and now_ms - peer.last_active_ms > self.idle_ms
+
+
+class ConnectionLimits(grpc.aio.ServerInterceptor):
+    """Applies Peers to every call: a call from a connection past its address's cap, or whose answer
+    finds no room in PENDING_ANSWER_WAIT_S, ends with RESOURCE_EXHAUSTED and a message saying which."""
+
+    def __init__(self, peers: Peers, monotonic_ms: Callable[[], int]) -> None:  # the server's Clock's
+        self.peers = peers
+        self._monotonic_ms = monotonic_ms
+        self._sent: dict[str, asyncio.Event] = {}  # peer -> set when one of its answers was sent
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # method -> its handler, wrapped once
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            if handler is None:
+                return handler
+            wrapped = self._wrapped[method] = self._limited(handler)
+        return wrapped
+
+    def _limited(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        kind = next(kind for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+                    if getattr(handler, kind) is not None)
+        behavior: Callable = getattr(handler, kind)
+        if inspect.isasyncgenfunction(behavior):
+            async def answers(request, context):
+                peer = await self._start(context)
+                async for response in behavior(request, context):
+                    size = await self._hold(peer, response, context)
+                    try:
+                        yield response  # resumed once gRPC sent it
+                    finally:
+                        self._release(peer, size)
+            return handler._replace(**{kind: answers})
+
+        async def answer(request, context):
+            peer = await self._start(context)
+            result = behavior(request, context)
+            response = await result if inspect.isawaitable(result) else result
+            if handler.response_streaming:  # a handler that writes its answers itself (none of quorumq's)
+                return response
+            size = await self._hold(peer, response, context)
+            context.add_done_callback(lambda _: self._release(peer, size))  # once the answer is sent, or the call ends
+            return response
+        return handler._replace(**{kind: answer})
+
+    async def _start(self, context) -> str:
+        """Count the call; it starts once its connection has room for answers (back-pressure)."""
+        peer = context.peer()
+        if not self.peers.call_started(peer, self._monotonic_ms()):
+            log.warning("%s: refused a call, its address has %d connections already", peer,
+                        self.peers.per_address_max)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{Error.TOO_MANY_REQUESTS.name}: {client_address(peer)} has "
+                                f"{self.peers.per_address_max} connections with calls already "
+                                "(grpcMaxConnectionsPerAddress); reuse one")
+        context.add_done_callback(lambda _: self._ended(peer))
+        await self._room(peer, lambda: self.peers.has_room(peer), context)
+        return peer
+
+    def _ended(self, peer: str) -> None:
+        if not self.peers.call_ended(peer, self._monotonic_ms()):
+            self._sent.pop(peer, None)
+
+    async def _hold(self, peer: str, response, context) -> int:
+        """Count `response` as pending on the peer at once (so no further call starts) and wait until
+        it fits the room; its size."""
+        size = response.ByteSize() if hasattr(response, "ByteSize") else 0
+        if not self.peers.hold(peer, size):
+            try:
+                await self._room(peer, lambda: self.peers.may_send(peer, size), context)
+            except BaseException:
+                self._release(peer, size)
+                raise
+        return size
+
+    async def _room(self, peer: str, fits: Callable[[], bool], context) -> None:
+        """Wait until `fits()` (the peer's unsent answers leave room); RESOURCE_EXHAUSTED past the wait."""
+        deadline_ms = self._monotonic_ms() + limits.PENDING_ANSWER_WAIT_S * 1000
+        while not fits():
+            left = (deadline_ms - self._monotonic_ms()) / 1000
+            if left <= 0:
+                log.warning("%s: refused a call, its connection has not taken the %d bytes of answers it holds "
+                            "in %g s", peer, self.peers.pending_bytes_max, limits.PENDING_ANSWER_WAIT_S)
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"{Error.TOO_MANY_REQUESTS.name}: this connection has not read the answers "
+                                    f"it asked for ({self.peers.pending_bytes_max} bytes, "
+                                    "grpcPendingAnswerBytesPerConnection); read them before asking for more")
+            sent = self._sent.setdefault(peer, asyncio.Event())
+            sent.clear()
+            try:
+                await asyncio.wait_for(sent.wait(), left)
+            except TimeoutError:
+                pass
+
+    def _release(self, peer: str, size: int) -> None:
+        self.peers.release(peer, size)
+        sent = self._sent.get(peer)
+        if sent is not None:
+            sent.set()

@@ -1,0 +1,109 @@
+"""Totals per broker and per registration (issue 19): the name server takes the largest registration
+a broker within its limits sends and refuses a larger one with TOO_MANY_REQUESTS, routing the others
+meanwhile; a broker refuses a topic that would pass its queue total."""
+
+import asyncio
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from harness import async_check_for, log_end, log_since, restart_process
+from quorumq import limits
+from quorumq.client import AdminClient, ClientError
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.errors import Error
+from quorumq.protocol.wire_errors import sent_error
+
+GRPC_DEFAULT_RECEIVE_BYTES = 4 * limits.MiB
+
+
+def process_of(cluster, kind):
+    return next(p for p in cluster["processes"] if p["kind"] == kind)
+
+
+def query_route(channel, topic: str) -> v5s.QueryRouteResponse:
+    return v5_grpc.MessagingServiceStub(channel).QueryRoute(
+        v5s.QueryRouteRequest(topic=v5.Resource(name=topic)), timeout=10)
+
+
+def test_the_largest_registration_is_routed_and_a_larger_one_refused(shared_cluster):
+    namesrv = process_of(shared_cluster, "namesrv")
+    queues = limits.REGISTRATION_QUEUES_MAX // limits.REGISTRATION_TOPICS_MAX
+    largest = pb.BrokerRegistration(cluster="Largest", broker_name="largest", broker_id=0, address="127.0.0.1:1",
+                                    role="ASYNC_MASTER", default_queue_nums=queues, perm=6)
+    largest.topics.extend(pb.TopicConfig(name=f"t{number:0{limits.NAME_LENGTH_MAX - 1}d}", read_queue_nums=queues,
+                                         write_queue_nums=queues, perm=6)
+                          for number in range(limits.REGISTRATION_TOPICS_MAX))
+    assert largest.ByteSize() > GRPC_DEFAULT_RECEIVE_BYTES  # what the name server refused before
+    last_topic = largest.topics[-1].name
+    logged_before = log_end(namesrv)
+    with grpc.insecure_channel(namesrv["address"]) as channel:
+        names = pb_grpc.NameServerStub(channel)
+        try:
+            names.RegisterBroker(largest, timeout=30)
+            route = query_route(channel, last_topic)
+            assert route.status.code == v5.Code.OK, route.status.message
+            assert {queue.broker.name for queue in route.message_queues} == {"largest"}
+
+            largest.topics.add(name="one-more", read_queue_nums=1, write_queue_nums=1, perm=6)
+            with pytest.raises(grpc.RpcError) as refused:
+                names.RegisterBroker(largest, timeout=30)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+            assert sent_error(refused.value.trailing_metadata()).code == Error.TOO_MANY_REQUESTS.code
+            assert f"more than {limits.REGISTRATION_TOPICS_MAX}" in refused.value.details()
+            assert "registration from" in log_since(namesrv, logged_before)
+
+            # The refused registration changed nothing, and the real broker is still routed.
+            assert query_route(channel, last_topic).status.code == v5.Code.OK
+            real_broker = process_of(shared_cluster, "broker")["broker_name"]
+            assert {queue.broker.name for queue in query_route(channel, "one-more").message_queues} == {real_broker}
+        finally:
+            names.UnregisterBroker(largest, timeout=10)
+
+
+async def test_a_broker_refuses_a_topic_past_its_queue_total(shared_cluster):
+    broker = process_of(shared_cluster, "broker")
+    async with AdminClient(shared_cluster["access_point"]) as admin:
+        held = sum(max(config.read_queue_nums, config.write_queue_nums)
+                   for config in (await admin.metadata(broker["address"])).topics)
+        room = (limits.QUEUES_PER_BROKER_MAX - held) // limits.QUEUES_PER_TOPIC_MAX
+        topics = [f"queue-total-{number}" for number in range(room + 1)]
+
+        async def create(topic: str) -> None:
+            await admin.update_topic(broker["address"], topic, limits.QUEUES_PER_TOPIC_MAX,
+                                     limits.QUEUES_PER_TOPIC_MAX)
+
+        try:
+            await several(create, topics[:room])
+            with pytest.raises(ClientError) as refused:
+                await create(topics[-1])
+            assert refused.value.error is Error.TOO_MANY_REQUESTS
+            assert f"more than {limits.QUEUES_PER_BROKER_MAX}" in refused.value.detail
+            # A broker at its totals still registers: its last topic is routed.
+            route = await admin.route(topics[room - 1])
+            assert route.queues[0].write_queue_nums == limits.QUEUES_PER_TOPIC_MAX
+        finally:  # the module's other tests create topics on this broker
+            await several(admin.delete_topic, topics[:room])
+
+
+async def several(call, topics: list[str]) -> None:
+    """`call` on each topic, several at a time, as an operator's script would."""
+    for start in range(0, len(topics), 64):
+        await asyncio.gather(*(call(topic) for topic in topics[start:start + 64]))
+
+
+async def test_a_restarted_name_server_gets_every_topic_with_the_next_change(shared_cluster):
+    """A topic change registers only the topics changed (an increment); a name server without this
+    broker's earlier registration asks for every topic, so none goes missing from its routes."""
+    broker, namesrv = process_of(shared_cluster, "broker"), process_of(shared_cluster, "namesrv")
+    async with AdminClient(shared_cluster["access_point"]) as admin:
+        await admin.update_topic(broker["address"], "before-restart", 2, 2)
+        restart_process(shared_cluster, namesrv)
+        await async_check_for(10, 0.05, lambda: admin.cluster_info(), "the name server answers again")
+        await admin.update_topic(broker["address"], "after-restart", 2, 2)
+        for topic in ("before-restart", "after-restart"):
+            assert (await admin.route(topic)).queues[0].broker_name == broker["broker_name"]
