@@ -1,4 +1,4 @@
-"""The checkers of the reliability spec (C1 to C8, C10) over a run's history and the final read
+"""The checkers of the reliability spec (C1 to C8, C10, and C11 for W4's topics) over a run's history and the final read
 of every replica after healing. Pure: they read what they are given and judge.
 
 The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order, the
@@ -212,6 +212,31 @@ def commits(records: list[dict], final_offsets: FinalOffsets, in_sync: set[str])
     return Result("C6 commits", {"acknowledged commits": count, "moved back": len(back),
                                  "behind on an in-sync replica": len(behind)},
                   ("moved back", "behind on an in-sync replica"), _examples(back + behind))
+
+
+def churn(records: list[dict], final: dict[str, FinalRead], final_master: str, in_sync: set[str]) -> Result:
+    """C11 (W4): `final` holds each churned topic's final read. An acknowledged churn-send to a
+    topic no delete-topic was invoked on since is on the final master ("lost"); a value whose send
+    had ended before a delete-topic of its topic that every broker applied is on no in-sync
+    replica ("came back": the deleted topic returned after a failover). A send still in flight
+    when the delete began, or a delete with an unknown outcome, may go either way."""
+    invoked = {r["op"]: r for r in records if r["type"] == "invoke"}
+    deletes = [(invoked[r["op"]]["time"], r["value"]) for r in _completions(records, "delete-topic", "ok")]
+    delete_invoked = [(r["time"], r["value"]) for r in records if r["f"] == "delete-topic" and r["type"] == "invoke"]
+    ended = {r["value"]: r for r in records if r["f"] == "churn-send" and r["type"] != "invoke"}
+    acked = [(invoked[r["op"]], r) for r in _completions(records, "churn-send", "ok")]
+
+    def stored(replica: str, topic: str) -> set[str]:
+        return set(_stored(final.get(topic, {}).get(replica, {})))
+
+    missing = {started["value"] for started, _ in acked
+               if not any(topic == started["topic"] and at > started["time"] for at, topic in delete_invoked)
+               and started["value"] not in stored(final_master, started["topic"])}
+    back = {(replica, value) for replica in in_sync for topic in final for value in stored(replica, topic)
+            if value in ended and any(deleted == topic and at > ended[value]["time"] for at, deleted in deletes)}
+    return Result("C11 deleted topics", {"acked": len(acked), "deletes": len(deletes), "lost": len(missing),
+                                         "came back": len(back)},
+                  ("lost", "came back"), _examples(missing | {value for _, value in back}))
 
 
 def split_brain(records: list[dict]) -> Result:

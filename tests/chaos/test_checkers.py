@@ -8,6 +8,7 @@ from checkers import (
     Hygiene,
     availability,
     check_all,
+    churn,
     commits,
     convergence,
     duplicates,
@@ -312,3 +313,35 @@ def test_a_value_stored_twice_on_the_source_is_past_the_commits_if_either_copy_i
 def test_a_translated_offset_past_what_the_standby_holds_fails():
     result = translations(checkpoint_ops(("commit", 3), ("translated", 4)), SOURCE, STANDBY)
     assert result.counts["past the source's commits"] == 1
+
+
+def churn_history(*steps):
+    """W4 records from (f, value, outcome) steps, one op each, in time order; a churn-send's topic
+    is the part of its value before "/"."""
+    records = []
+    for op, (f, value, outcome) in enumerate(steps):
+        extra = {"topic": value.partition("/")[0]} if f == "churn-send" else {}
+        records.append({"time": op, "process": "churn", "type": "invoke", "f": f, "op": op, "value": value, **extra})
+        records.append({"time": op + 0.5, "process": "churn", "type": outcome, "f": f, "op": op, "value": value})
+    return records
+
+
+def test_c11_passes_a_deleted_life_gone_and_the_new_one_kept():
+    records = churn_history(("create-topic", "A", "ok"), ("churn-send", "A/0-0", "ok"), ("delete-topic", "A", "ok"),
+                            ("create-topic", "A", "ok"), ("churn-send", "A/1-0", "ok"))
+    final = {"A": {"m": {"broker-a:0": [(0, "A/1-0")]}, "s": {"broker-a:0": [(0, "A/1-0")]}}}
+    result = churn(records, final, "m", {"m", "s"})
+    assert result.ok and result.counts["acked"] == 2 and result.counts["deletes"] == 1
+
+
+def test_c11_catches_a_deleted_topic_that_came_back_and_a_lost_send_of_the_new_life():
+    records = churn_history(("churn-send", "A/0-0", "ok"), ("delete-topic", "A", "ok"), ("churn-send", "A/1-0", "ok"))
+    final = {"A": {"m": {"broker-a:0": [(0, "A/0-0")]}, "s": {}}}
+    result = churn(records, final, "m", {"m", "s"})
+    assert (result.counts["came back"], result.counts["lost"]) == (1, 1) and not result.ok
+
+
+def test_c11_allows_either_outcome_after_a_delete_of_unknown_outcome():
+    records = churn_history(("churn-send", "A/0-0", "ok"), ("delete-topic", "A", "info"))
+    for stored in ([], [(0, "A/0-0")]):
+        assert churn(records, {"A": {"m": {"broker-a:0": stored}}}, "m", {"m"}).ok

@@ -4,7 +4,8 @@ the history (invoke, then ok, fail or info) so the checkers can judge the cluste
 - W1, producers that send unique values, one send in flight each;
 - W3, the same producers made idempotent: a value keeps its message id and its queue when it is
   sent again after an unknown outcome, until it is acknowledged, so it must be stored once;
-- W2, consumer groups that pull, commit after processing and are rebalanced now and then."""
+- W2, consumer groups that pull, commit after processing and are rebalanced now and then;
+- W4, admin churn: topics made, written and deleted in turn, names used again."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 import uuid
 
 from history import History
-from quorumq.client import ClientError, Message, Producer, PullConsumer
+from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
 
 SEND_TIMEOUT_S = 5.0
 # Refusals that say the message was not stored; every other error leaves it unknown ("info").
@@ -24,6 +25,9 @@ CONSUMER_TIMEOUT_S = 5.0
 REBALANCE_S = 30.0
 PULL_BATCH = 32
 RETRY_PAUSE_S = 0.2
+CHURN_TOPICS = ("ChurnA", "ChurnB")
+CHURN_PERIOD_S = 3.0  # one topic made or deleted this often: a low rate beside the producers
+CHURN_SENDS = 5  # values sent to a topic each time it is made
 
 
 class Workload:
@@ -192,3 +196,57 @@ class Consumers(Workload):
         self.history.ok(op)
         positions[queue] = offset
         return True
+
+
+class TopicChurn(Workload):
+    """W4: every CHURN_PERIOD_S the next of CHURN_TOPICS is made (on every broker, one queue) and
+    sent CHURN_SENDS values "<topic>/<life>-<i>", or deleted (`deleteTopic`) when it was made the
+    turn before, so each name lives, dies and is made again during the faults. Recorded as
+    create-topic and delete-topic (value: the topic; ok only when every broker applied it) and
+    churn-send (with its topic), which C11 judges apart from the producers' sends."""
+
+    def __init__(self, access_point: str, brokers: list[str], history: History) -> None:
+        super().__init__("churn")
+        self.access_point, self.brokers, self.history = access_point, brokers, history
+
+    async def _run(self) -> None:
+        lives = itertools.count()
+        live: set[str] = set()
+        async with AdminClient(self.access_point, timeout_s=SEND_TIMEOUT_S) as admin, \
+                Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S) as producer:
+            for topic in itertools.cycle(CHURN_TOPICS):
+                if self._stop.is_set():
+                    return
+                if topic in live:
+                    live.discard(topic)
+                    await self._admin("delete-topic", topic, admin.delete_topic(topic))
+                else:
+                    live.add(topic)
+                    await self._admin("create-topic", topic, admin.update_topic_on(self.brokers, topic, 1, 1))
+                    life = next(lives)
+                    for index in range(CHURN_SENDS):
+                        await self._send(producer, topic, f"{topic}/{life}-{index}")
+                until = time.monotonic() + CHURN_PERIOD_S
+                while time.monotonic() < until and not self._stop.is_set():
+                    await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def _admin(self, f: str, topic: str, call) -> None:
+        op = self.history.invoke("churn", f, topic)
+        try:
+            await call
+        except ClientError as error:  # applied on some brokers, maybe on none
+            self.history.info(op, error.name)
+        else:
+            self.history.ok(op)
+
+    async def _send(self, producer: Producer, topic: str, value: str) -> None:
+        op = self.history.invoke("churn", "churn-send", value, topic=topic)
+        try:
+            result = (await producer.send_batch(topic, [Message(value.encode())], 0))[0]
+        except ClientError as error:
+            (self.history.fail if error.name in DEFINITE_REFUSALS else self.history.info)(op, error.name)
+            return
+        if result.status == "SEND_OK":
+            self.history.ok(op)
+        else:
+            self.history.info(op, result.status)

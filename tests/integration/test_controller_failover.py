@@ -49,6 +49,7 @@ from harness import (
     v5_send,
 )
 from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer, SendResult
+from quorumq.client.errors import FanOutError
 from quorumq.controller.service import NEW_LEADER_GRACE_S
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
 
@@ -269,6 +270,47 @@ def test_an_acknowledged_topic_update_survives_the_masters_sigkill(group):
     check_for(FAILOVER_S, 0.1, lambda: group.master() is not master, "a new master")
     topics = {config.name: config for config in group.admin.metadata(group.master()["address"]).topics}
     assert topic in topics and topics[topic].write_queue_nums == 2
+
+
+def test_a_slave_away_while_a_topic_was_deleted_and_made_again_rejoins_and_serves_the_new_life(group):
+    """Issue 18 item 2 (W4): a deletion is a record in the commit log. A slave stopped while its
+    topic was deleted, made again and written to used to refuse the master's records (the new
+    life restarts at queue offset 0 where its queue held the old one) until an operator removed
+    consumequeue/<topic>. Continued, it drops the queues at the deletion record, rejoins the
+    SyncStateSet by itself and, once elected, serves the new life only; a topic deleted for good
+    meanwhile does not come back with it."""
+    topic, gone = group.new_topic(), group.new_topic()
+    for index in range(5):
+        assert group.send(topic, f"old{index}".encode()) == SEND_OK
+    assert group.send(gone, b"gone") == SEND_OK
+    master = group.master()
+    away, other = group.slaves()
+    away_id = int(group.status(away)["brokerId"])
+    os.kill(away["pid"], signal.SIGSTOP)
+    try:
+        check_for(SETTLE_S, 0.2, lambda: away_id not in group.replica_info()["sync_state_set"],
+                  "the stopped slave out of the SyncStateSet")
+        for deleted in (topic, gone):
+            try:
+                group.admin.delete_topic(deleted)
+            except FanOutError as failed:  # the stopped slave, if still listed, does not answer
+                assert failed.outcomes[master["address"]] is None
+        for broker in (master, other):
+            group.admin.update_topic(broker["address"], topic, read_queue_nums=1, write_queue_nums=1)
+        new = [f"new{index}".encode() for index in range(3)]
+        for body in new:
+            assert group.send(topic, body) == SEND_OK
+    finally:
+        os.kill(away["pid"], signal.SIGCONT)
+    group.wait_in_sync()
+
+    def topics_of_away() -> set[str]:
+        return {config.name for config in group.admin.metadata(away["address"]).topics}
+
+    check_for(SETTLE_S, 0.2, lambda: gone not in topics_of_away(), "the deleted topic gone from the slave")
+    group.leave_only(away)
+    assert group.bodies(topic) == new
+    assert topic in topics_of_away() and gone not in topics_of_away()
 
 
 def test_a_deposed_master_truncates_what_only_it_held(group):

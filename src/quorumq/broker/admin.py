@@ -52,7 +52,7 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
     async def DeleteTopic(self, request):
         if self.broker.role is not BrokerRole.SLAVE:  # a slave may not have copied the topic yet
             self.broker.topic_config(request.topic, create=False)
-        self.broker.delete_topic(request.topic)
+        await self.broker.delete_topic(request.topic)
         await self.publish_topics()
         log.info("topic %s deleted", request.topic)
         return pb.Empty()

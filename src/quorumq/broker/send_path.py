@@ -211,6 +211,24 @@ class SendPath:
         status, appended, epoch = await self._append(plan, count, {topic: count}, append, answer_by)
         return PutResult(status, queue_id, appended.offsets[0][1], master_epoch=epoch)
 
+    async def delete_topic(self, topic: str) -> None:
+        """A master's deletion of a topic, admitted and waited for as a send: its config goes, then
+        a deletion record in the log drops its queues here and, as they copy it, on every member,
+        so a failover after the answer cannot bring the topic back (store/append.py)."""
+        plan = self._admit(1)
+        if plan.rejected:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"topic {topic} not deleted: "
+                                                            f"{PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.value}")
+        broker = self._broker
+        broker.topics.forget(topic)
+        if not broker.store.delete_topic(topic):
+            return  # no queues, no record: nothing on any member to drop
+        broker.replication.notify_appended()
+        status = await self._await_copies(broker.store.max_offset, plan.need_ack, (), None)
+        if status is not PutStatus.PUT_OK:
+            raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"topic {topic} deleted here, but its deletion "
+                                                                f"record is not held as a send needs: {status.value}")
+
     async def _confirm(self, copies: list[StoredCopy], topics: Iterable[str], answer_by: float | None) -> PutStatus:
         """A client's resend of what this master stored (to `topics`): the first copies' outcome,
         once they have what the current settings need."""

@@ -82,20 +82,35 @@ class Topics:
         if self._broker.role is not BrokerRole.SLAVE:
             await self._broker.metadata_sync.replicated(self._broker.metadata_sync.version, "topic update")
 
-    def delete_topic(self, topic: str) -> None:
+    async def delete_topic(self, topic: str) -> None:
+        """An operator's deletion. A master writes it in the log and answers once its members hold
+        it, as a send (SendPath.delete_topic); a slave forgets the config at once, and drops the
+        queues when its master's deletion record comes."""
+        if self._broker.role is BrokerRole.SLAVE:
+            self.forget(topic)
+        else:
+            await self._broker.sends.delete_topic(topic)
+
+    def forget(self, topic: str) -> None:
+        """Drop the topic's config and its groups' offsets; a topic made again starts afresh."""
         old = self.configs.get(topic)
-        self.configs.delete(topic)
-        self._queues -= queue_count(old) if old is not None else 0
+        if old is not None:
+            self.configs.delete(topic)
+            self._queues -= queue_count(old)
         self._changed = None
         self._unconfirmed.pop(topic, None)
-        self._broker.store.delete_topic(topic)
         self._broker.consumers.delete_topic(topic)
         self._broker.topics_changed.set()
 
     def adopt(self, topics: list[TopicConfig]) -> None:
-        """A slave takes its master's topic configs. It never deletes a topic the master lacks (a
-        master whose config was lost must not empty its slaves); `quorumq admin deleteTopic`
-        deletes on every replica."""
+        """A slave takes its master's topic configs. A topic the master lacks goes only once this
+        broker holds no queues of it, as after its master's deletion record (store/append.py):
+        the config follows the log, whichever of the two copies comes first, and a master whose
+        config was lost cannot take its slaves' messages' topics."""
+        kept = {config.name for config in topics} | set(self._broker.store.topics())
+        for config in self.configs.all():
+            if config.name not in kept:
+                self.forget(config.name)
         if self.configs.adopt(topics):
             self._queues = sum(map(queue_count, self.configs.all()))
             self._changed = None

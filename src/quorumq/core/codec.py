@@ -25,6 +25,12 @@ The storing broker's address is not in the record: whoever reads knows it (the s
 A record never spans segments: the unused end of a segment holds one BLANK record,
 `total_size i32 | magic u32`, whose size must reach the segment end exactly; the bytes after its
 header are zero. Properties use RocketMQ's form, name \\x01 value \\x02 per pair.
+
+A topic deletion is a message record too, quorumq's own (RocketMQ deletes a topic's queues beside
+its log): `sys_flag` TOPIC_DELETION, the deleted topic's name, queue id and queue offset 0, no
+properties and no body. It enters no consume queue; every store that dispatches it (a
+master's append, a slave's copy, recovery) drops the topic's queues there, so the replicas of one
+log hold the same queues, and a topic made again starts at queue offset 0 on each of them.
 """
 
 import struct
@@ -46,6 +52,7 @@ BLANK_BYTES_MIN = BLANK_HEADER.size
 
 MESSAGE_MAGIC = 0x51514D32  # "QQM2": the layout above ("QQM1" had the CRC over the assigned fields)
 BLANK_MAGIC = 0x51514231  # "QQB1"
+TOPIC_DELETION = 1 << 30  # the sys_flag of a deletion record: above every RocketMQ flag, refused from clients
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -248,6 +255,7 @@ class RecordFields:
     queue_id: int
     queue_offset: int
     tag_hash: int
+    deletes_topic: bool  # a deletion record: it drops the topic's queues and enters none
 
 
 def dispatch_fields(view: memoryview | bytes, position: int) -> RecordFields:
@@ -257,7 +265,8 @@ def dispatch_fields(view: memoryview | bytes, position: int) -> RecordFields:
     properties_start = topic_end + header[BORN_HOST_LENGTH_FIELD]
     properties = bytes(view[properties_start:properties_start + header[PROPERTIES_LENGTH_FIELD]])
     return RecordFields(str(view[topic_start:topic_end], "utf-8"), header[QUEUE_ID_FIELD],
-                        header[_QUEUE_OFFSET_FIELD], tag_hash(tags_of(properties)))
+                        header[_QUEUE_OFFSET_FIELD], tag_hash(tags_of(properties)),
+                        header[SYS_FLAG_FIELD] == TOPIC_DELETION)
 
 
 def message_property(data: bytes, position: int, name: str) -> str:

@@ -170,6 +170,35 @@ class Appender:
             raise
         return self._publish(batch)
 
+    def append_topic_deletion(self, topic: str) -> bool:
+        """Delete a topic's queues with a deletion record (core/codec.py) that replicas copy and
+        dispatch alike; False, and nothing written, when the topic has no queues."""
+        self._check_writable()
+        if topic not in self._state.queues:
+            return False
+        topic_bytes = topic.encode()
+        size = codec.record_size(topic_bytes, b"", b"", b"")
+        batch = self._new_batch()
+        self._fit(batch, size)
+        self._reserve(batch.buffer_offset + size)
+        now_ms = self._state.clock.now_ms()
+        codec.encode_record(self._view, batch.buffer_offset, size, topic_bytes, 0, 0, codec.TOPIC_DELETION, now_ms,
+                            b"", 0, b"", b"", 0, batch.log_offset, now_ms)
+        self._write_runs(self._view, batch.runs, batch.buffer_offset + size)
+        batch.log_offset += size
+        self._drop_topic(topic, batch)
+        self._publish(batch)
+        return True
+
+    def _drop_topic(self, topic: str, batch: _Batch) -> None:
+        """Drop the topic's queues, with what `batch` staged in them, before the batch that ends
+        with its deletion record is published: a checkpoint must never count the record dispatched
+        while its queues stand. The removal is made durable at once."""
+        dropped = self._state.queues.get(topic, {}).values()
+        batch.staged = [queue for queue in batch.staged if queue not in dropped]
+        self._state.drop_topic_queues(topic)
+        self._state.checkpoint()
+
     def append_raw(self, offset: int, data: bytes) -> int:
         """Append whole records copied from a master's commit log; returns the new end offset.
 
@@ -192,21 +221,22 @@ class Appender:
         data = bytes(data)
         view = memoryview(data)
         batch = self._new_batch()
+        deleted = None  # the topic of a deletion record, which ends this batch
         try:
             position = 0
-            while position < len(data):
+            while position < len(data) and deleted is None:
                 log_offset = offset + position
                 segment_end = state.commit_log.segment_start(log_offset) + state.segment_bytes
                 if position and log_offset == segment_end - state.segment_bytes:
                     batch.runs.append((log_offset, position))
                 frame, size = check_frame(view, position, segment_end - log_offset, log_offset)
                 if frame is Frame.MESSAGE:
-                    self._stage_raw(view, position, log_offset, size, batch)
+                    deleted = self._stage_raw(view, position, log_offset, size, batch)
                 elif not (frame is Frame.BLANK and _whole_blank(data, position, size)):
                     raise QuorumqError(Error.BAD_REQUEST, f"raw data at commit-log offset {log_offset} is "
                                        f"not a whole valid record ({frame.name})")
                 position += size
-            self._write_runs(view, batch.runs, len(data))
+            self._write_runs(view, batch.runs, position)
         except BaseException:
             batch.discard()
             if begins:
@@ -214,14 +244,22 @@ class Appender:
             raise
         if begins:
             log.warning("the commit log begins at %d: older records stay on the master only", offset)
-        batch.log_offset = offset + len(data)
-        return self._publish(batch).end_offset
+        batch.log_offset = offset + position
+        if deleted is None:
+            return self._publish(batch).end_offset
+        # The records after a deletion belong to the topic's next life: its queues go first.
+        self._drop_topic(deleted, batch)
+        end = self._publish(batch).end_offset
+        return self.append_raw(end, data[position:]) if position < len(data) else end
 
-    def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> None:
+    def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> str | None:
+        """Stage a master's record; returns the topic a deletion record deletes."""
         fields = codec.dispatch_fields(view, position)
         # A master's records are input like a client's: their topic and queue id name a directory,
         # so a name like `../..` must stop replication before any file is touched.
         _check_queue_name(fields.topic, fields.queue_id)
+        if fields.deletes_topic:
+            return fields.topic
         queue = self._state.queue_for_append(fields.topic, fields.queue_id)
         if queue.next_offset == 0 and self._state.min_offset > 0:  # a log that began past its start
             queue.begin_at(fields.queue_offset)
@@ -230,6 +268,7 @@ class Appender:
                                f"{fields.queue_offset}, but {fields.topic}/{fields.queue_id} expects "
                                f"{queue.next_offset}")
         self._staging(batch, queue).stage(log_offset, size, fields.tag_hash)
+        return None
 
     def _new_batch(self) -> _Batch:
         log_offset = self._state.write_offset

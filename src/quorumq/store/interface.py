@@ -97,7 +97,7 @@ class Store(Protocol):
     def topic_queue_ids(self, topic: str) -> list[int]: ...
 
     def delete_topic(self, topic: str) -> bool:
-        """Drop the topic's queues; False if it had none."""
+        """Drop the topic's queues (MessageStore: with a deletion record in its log); False if it had none."""
 
     def truncate(self, offset: int) -> None:
         """Cut the log back to `offset`, a record boundary, with the queue entries past it."""

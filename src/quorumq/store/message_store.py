@@ -9,9 +9,9 @@ Layout under `root`:
     lock                                                   flock'ed by the process that has it open
 
 `MessageStore` is a facade over parts that share one `StoreState` (state.py: the log, the queues,
-the published offsets, flush and checkpoint): `Appender` (append.py: the three ways in),
-`Reader` (read.py), `Recovery` (recovery.py: open, close, truncate) and `Retention`
-(retention.py). Consume-queue entries are derived from the commit-log bytes alone (the
+the published offsets, flush and checkpoint): `Appender` (append.py: the three ways in, and a
+topic's deletion record), `Reader` (read.py), `Recovery` (recovery.py: open, close, truncate)
+and `Retention` (retention.py). Consume-queue entries are derived from the commit-log bytes alone (the
 dispatcher), so a replica that appends a master's bytes through `append_raw` builds the same queues.
 
 Threads: every method runs on one thread (the event loop) except `flush` and `checkpoint`, which
@@ -107,6 +107,11 @@ class MessageStore:
     def append_raw(self, offset: int, data: bytes) -> int:
         return self._appender.append_raw(offset, data)
 
+    def delete_topic(self, topic: str) -> bool:
+        """Drop the topic's queues with a deletion record in the log (append.py): replicas drop
+        theirs at the same record. False, and nothing written, when it has no queues."""
+        return self._appender.append_topic_deletion(topic)
+
     # Durability (state.py).
 
     def flush(self) -> int:
@@ -152,10 +157,7 @@ class MessageStore:
     def recent_message_ids(self, count: int) -> list[tuple[str, int, int, int]]:
         return self._reader.recent_message_ids(count)
 
-    # Topics and retention (retention.py).
-
-    def delete_topic(self, topic: str) -> bool:
-        return self._retention.delete_topic(topic)
+    # Retention (retention.py).
 
     def clean_expired(self, now_ms: int, reserved_hours: float, force: bool) -> int:
         return self._retention.clean_expired(now_ms, reserved_hours, force)

@@ -192,8 +192,8 @@ class Reader:
             position = 0
             while position < len(data):
                 size, magic = BLANK_HEADER.unpack_from(data, position)
-                if magic == MESSAGE_MAGIC:
-                    header = HEADER.unpack_from(data, position)
+                header = HEADER.unpack_from(data, position) if magic == MESSAGE_MAGIC else None
+                if header is not None and header[codec.SYS_FLAG_FIELD] != codec.TOPIC_DELETION:  # no send's
                     found.append((codec.message_property(data, position, MESSAGE_ID), header[codec.QUEUE_ID_FIELD],
                                   codec.queue_offset_of(data, position), offset + position + size))
                 position += size

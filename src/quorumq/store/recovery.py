@@ -338,12 +338,42 @@ class Recovery:
                 state.corrupt_offset = None
             state.last_checkpoint = Checkpoint(state.flushed_offset, state.dispatched_offset)
             save_checkpoint(state.root / "checkpoint", state.last_checkpoint)
+            deleted = self._deletions_past(offset)
             state.commit_log.cut_after(offset)
             fsync_directory(state.commit_log.directory)
             for (topic, queue_id), queue in state.keyed_queues():
                 cut_queue_tail(state.commit_log, queue, topic, queue_id, offset)
+            if deleted:
+                self._rebuild(deleted)
         state.checkpoint()
         log.warning("commit log truncated to %d", offset)
+
+    def _deletions_past(self, offset: int) -> set[str]:
+        """The topics whose deletion records lie at or past `offset`."""
+        deleted = set()
+
+        def visit(record_offset: int, size: int, window: memoryview, position: int) -> None:
+            fields = codec.dispatch_fields(window, position)
+            if fields.deletes_topic:
+                deleted.add(fields.topic)
+
+        scan_commit_log(self._state.commit_log, offset, self._state.flushed_offset, visit, check_residue=False)
+        return deleted
+
+    def _rebuild(self, topics: set[str]) -> None:
+        """The cut took deletions of `topics`: the lives they ended are theirs again. Their queues
+        are built anew from the whole log, which truncation, rare, can afford."""
+        state = self._state
+        log.warning("the cut takes the deletion of %s: their queues are built again from the log",
+                    ", ".join(sorted(topics)))
+        for topic in topics:
+            state.drop_topic_queues(topic)
+        redispatch = Redispatcher(state, state.min_offset, topics)
+        scan_commit_log(state.commit_log, state.min_offset, state.flushed_offset, redispatch.visit,
+                        check_residue=False)
+        redispatch.write()
+        if redispatch.corrupt_offset is not None:
+            state.mark_corrupt(redispatch.corrupt_offset, "queue offset out of sequence")
 
     def _check_record_start(self, offset: int) -> None:
         """`offset` is where a record starts (or the log ends): walk the record sizes from the
@@ -366,11 +396,16 @@ class Redispatcher:
 
     The queue offset lies outside the CRC; within one queue the scan must find them in steps of
     one, which catches a damaged one. Such a record is `corrupt_offset`, like one failing its CRC:
-    nothing after it is indexed."""
+    nothing after it is indexed.
 
-    def __init__(self, state: StoreState, dispatch_from: int) -> None:
+    A deletion record drops its topic's queues when it lies past `dispatch_from`; `topics`, when
+    given, limits the dispatch to those topics, built from the log's first record on (a
+    truncation's rebuild), each queue beginning where its first record is."""
+
+    def __init__(self, state: StoreState, dispatch_from: int, topics: set[str] | None = None) -> None:
         self._state = state
         self._dispatch_from = dispatch_from
+        self._topics = topics
         self._staged: list[ConsumeQueue] = []
         self._last_seen: dict[tuple[str, int], int] = {}  # queue offset of each queue's last record
         self._first_records: dict[tuple[str, int], int] = {}  # where each queue's first entry points
@@ -383,6 +418,11 @@ class Redispatcher:
         if self.corrupt_offset is not None:
             return
         fields = codec.dispatch_fields(window, position)
+        if self._topics is not None and fields.topic not in self._topics:
+            return
+        if fields.deletes_topic:
+            self._delete(fields.topic, offset)
+            return
         key = (fields.topic, fields.queue_id)
         queue = self._state.queue(fields.topic, fields.queue_id)
         if offset < self._dispatch_from:
@@ -392,6 +432,18 @@ class Redispatcher:
                 self._verify(queue, offset, size, fields)
         elif self._in_sequence(key, offset, fields.queue_offset):
             self._dispatch(queue, offset, size, fields)
+
+    def _delete(self, topic: str, offset: int) -> None:
+        """The topic's queue offsets start again after its deletion record. Below `dispatch_from`
+        its queues were dropped before (those held now belong to a later life); past it they go
+        now."""
+        for known in (self._last_seen, self._first_records, self._windows):
+            for key in [key for key in known if key[0] == topic]:
+                del known[key]
+        if offset >= self._dispatch_from:
+            dropped = self._state.queues.get(topic, {}).values()
+            self._staged = [queue for queue in self._staged if queue not in dropped]
+            self._state.drop_topic_queues(topic)
 
     def _in_sequence(self, key: tuple[str, int], offset: int, queue_offset: int) -> bool:
         """Whether the record's queue offset follows the previous one of its queue; if not, the
@@ -456,11 +508,15 @@ class Redispatcher:
             self._verify(queue, offset, size, fields)
             return
         if fields.queue_offset > expected:
-            if queue is None or not queue.files:
-                return  # a record of a deleted topic; its queue is not brought back
-            raise QuorumqError(Error.STORE_CORRUPTED, f"consume queue {fields.topic}/{fields.queue_id} ends "
-                               f"at {expected} but the record at {offset} has queue offset "
-                               f"{fields.queue_offset}")
+            if queue is None and self._topics is not None:  # a rebuild: retention took the queue's start
+                queue = self._state.new_queue(fields.topic, fields.queue_id)
+                queue.begin_at(fields.queue_offset)
+            elif queue is None or not queue.files:
+                return  # a record of a topic deleted before deletion records; its queue is not brought back
+            else:
+                raise QuorumqError(Error.STORE_CORRUPTED, f"consume queue {fields.topic}/{fields.queue_id} ends "
+                                   f"at {expected} but the record at {offset} has queue offset "
+                                   f"{fields.queue_offset}")
         queue = queue or self._state.new_queue(fields.topic, fields.queue_id)
         if queue.next_offset == queue.max_offset:
             self._staged.append(queue)

@@ -1,6 +1,5 @@
 """Retention and deletion: which commit-log segments go (a pure decision, so it can be tested
-alone), deleting them with the consume-queue files that only point below the new minimum, and
-dropping a topic's queues.
+alone), deleting them with the consume-queue files that only point below the new minimum.
 """
 
 import logging
@@ -41,24 +40,6 @@ def segments_to_delete(end_timestamps_ms: Sequence[int], now_ms: int, reserved_h
 class Retention:
     def __init__(self, state: StoreState) -> None:
         self._state = state
-
-    def delete_topic(self, topic: str) -> bool:
-        """Drop the topic's consume queues (its commit-log bytes stay until retention)."""
-        state = self._state
-        state.check_open()
-        queues = state.queues.pop(topic, None)
-        if queues is None:
-            return False
-        for queue in queues.values():
-            if queue.files:
-                queue.delete()
-        topic_directory = state.root / "consumequeue" / topic
-        if topic_directory.is_dir():
-            topic_directory.rmdir()
-            state.dirty.mark_directory(topic_directory.parent)
-        # Recovery dispatches records after the checkpoint; the topic's must all lie before it.
-        state.checkpoint()
-        return True
 
     def clean_expired(self, now_ms: int, reserved_hours: float, force: bool) -> int:
         """Delete the oldest expired commit-log segments (or the oldest one when `force`), then

@@ -94,6 +94,16 @@ class StoreState:
         queue = self.queue(topic, queue_id)
         return queue if queue is not None else self.new_queue(topic, queue_id)
 
+    def drop_topic_queues(self, topic: str) -> None:
+        """Delete the topic's consume queues (a deletion record was dispatched)."""
+        for queue in self.queues.pop(topic, {}).values():
+            if queue.files:
+                queue.delete()
+        topic_directory = self.root / "consumequeue" / topic
+        if topic_directory.is_dir():
+            topic_directory.rmdir()
+            self.dirty.mark_directory(topic_directory.parent)
+
     # Corruption found after open.
 
     def mark_corrupt(self, offset: int, finding: str) -> None:
