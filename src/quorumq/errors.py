@@ -45,6 +45,16 @@ class Error(Enum):
     # A request larger than its method takes, in bytes or fields (limits.py REQUEST_BYTES_MAX,
     # MESSAGE_FIELDS_MAX): refused before it is parsed.
     REQUEST_TOO_LARGE = ErrorKind(119, False)
+    # A FIFO message's group: blank, with control characters or longer than MESSAGE_GROUP_LENGTH_MAX.
+    ILLEGAL_MESSAGE_GROUP = ErrorKind(120, False)
+    # A message whose type (from its properties) the topic's message.type does not take.
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = ErrorKind(121, False)
+    # A subscription group's retry policy that is not JSON, names an unknown type or breaks a bound.
+    ILLEGAL_RETRY_POLICY = ErrorKind(122, False)
+    # A subscription group's retryMaxTimes outside 0..RETRY_MAX_TIMES_MAX.
+    ILLEGAL_RETRY_MAX_TIMES = ErrorKind(123, False)
+    # A topic attribute (updateTopic -a) that is unknown, malformed or has an unknown value.
+    ILLEGAL_TOPIC_ATTRIBUTE = ErrorKind(124, False)
     TOPIC_NOT_FOUND = ErrorKind(200, False)
     CONSUMER_GROUP_NOT_FOUND = ErrorKind(201, False)
     BROKER_NOT_FOUND = ErrorKind(202, False)

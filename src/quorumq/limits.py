@@ -23,6 +23,10 @@ PROPERTY_COUNT_MAX = 128
 TAG_LENGTH_MAX = 255
 KEY_LENGTH_MAX = 255
 KEYS_PER_MESSAGE_MAX = 32
+# A FIFO message's group (issue 20's rule: at most 64 characters). RocketMQ's proxy counts UTF-8
+# bytes and refuses 64 and more (maxMessageGroupSize), so it takes at most 63 bytes: quorumq takes
+# every group RocketMQ takes, and a few longer ones.
+MESSAGE_GROUP_LENGTH_MAX = 64
 # Room kept in the properties for what the broker stores itself: message id, tag, keys.
 RESERVED_PROPERTIES_BYTES_MAX = TAG_LENGTH_MAX + KEY_LENGTH_MAX * (KEYS_PER_MESSAGE_MAX + 1) + 64
 
@@ -122,6 +126,12 @@ REGISTRATION_FIELDS_BYTES_MAX = 4 * KiB
 # The name server's gRPC receive limit: the largest legal registration fits (8.75 MiB, where gRPC's
 # default 4 MiB refused a broker of 30,000 long-named topics); anything larger breaks a limit above.
 REGISTRATION_BYTES_MAX = REGISTRATION_TOPICS_MAX * REGISTRATION_TOPIC_BYTES_MAX + REGISTRATION_FIELDS_BYTES_MAX
+
+# A subscription group's retryMaxTimes (redeliveries after the first delivery): RocketMQ's range for
+# it in issue 20, 0..64; its default is 16. A customized retry policy lists at most one back-off per
+# retry (entries past the last retry are never used).
+RETRY_MAX_TIMES_MAX = 64
+RETRY_BACKOFFS_MAX = RETRY_MAX_TIMES_MAX
 
 # Consumer groups one broker knows (their first contacts, config/consumerGroups.log): a consumer's
 # first contact or an AddConsumerGroups past it is refused with TOO_MANY_REQUESTS, as a topic past

@@ -19,6 +19,7 @@ from quorumq.config import Config
 from quorumq.core import properties
 from quorumq.core.group_start import starts_at_zero
 from quorumq.core.leases import QueueLeases
+from quorumq.core.subscription import SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, GetResult, GetStatus, KeyedLog, Store, StoredMessage, tag_hash
 
@@ -87,6 +88,10 @@ class ConsumerGroups:
         # group last opened one or heartbeated (monotonic ms).
         self._sessions: dict[str, int] = {}
         self._last_heard: dict[str, int] = {}
+
+    def group(self, name: str) -> SubscriptionGroup:
+        """The group's subscription config: RocketMQ's defaults for a group never configured."""
+        return SubscriptionGroup(name)
 
     def touch(self, group: str) -> None:
         """Note a group's first contact: a new group that does not read a queue from offset 0

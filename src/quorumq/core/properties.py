@@ -4,6 +4,10 @@ TAGS = "TAGS"
 KEYS = "KEYS"
 MESSAGE_ID = "UNIQ_KEY"
 BODY_ENCODING = "QUORUMQ_BODY_ENCODING"
+MESSAGE_GROUP = "__SHARDINGKEY"  # a FIFO message's group
+TRANSACTION = "TRAN_MSG"  # "true": a transaction's half message
+# Any of these makes a message a DELAY message (RocketMQ's TopicMessageType.parseFromMessageProperty).
+DELAY = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 # Names with a meaning to RocketMQ: a producer may not set them as user properties.
-RESERVED = frozenset({TAGS, KEYS, MESSAGE_ID, BODY_ENCODING, "DELAY", "WAIT", "TRAN_MSG", "MSG_REGION",
-                      "__STARTDELIVERTIME", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC"})
+RESERVED = frozenset({TAGS, KEYS, MESSAGE_ID, BODY_ENCODING, MESSAGE_GROUP, TRANSACTION, *DELAY, "WAIT",
+                      "MSG_REGION", "__STARTDELIVERTIME", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC"})
