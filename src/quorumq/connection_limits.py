@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import grpc
 
 from quorumq import limits
-from quorumq.errors import Error
+from quorumq.errors import Error, QuorumqError
+from quorumq.grpc_errors import abort
 
 log = logging.getLogger("quorumq.listen")
 
@@ -122,7 +123,8 @@ class Peers:
 
 class ConnectionLimits(grpc.aio.ServerInterceptor):
     """Applies Peers to every call: a call from a connection past its address's cap, or whose answer
-    finds no room in PENDING_ANSWER_WAIT_S, ends with RESOURCE_EXHAUSTED and a message saying which."""
+    finds no room in PENDING_ANSWER_WAIT_S, fails with TOO_MANY_REQUESTS (RESOURCE_EXHAUSTED) and a
+    message saying which."""
 
     def __init__(self, peers: Peers, monotonic_ms: Callable[[], int]) -> None:  # the server's Clock's
         self.peers = peers
@@ -172,10 +174,9 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
         if not self.peers.call_started(peer, self._monotonic_ms()):
             log.warning("%s: refused a call, its address has %d connections already", peer,
                         self.peers.per_address_max)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"{Error.TOO_MANY_REQUESTS.name}: {client_address(peer)} has "
-                                f"{self.peers.per_address_max} connections with calls already "
-                                "(grpcMaxConnectionsPerAddress); reuse one")
+            await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, f"{client_address(peer)} has "
+                                              f"{self.peers.per_address_max} connections with calls already "
+                                              "(grpcMaxConnectionsPerAddress); reuse one"))
         context.add_done_callback(lambda _: self._ended(peer))
         await self._room(peer, lambda: self.peers.has_room(peer), context)
         return peer
@@ -204,10 +205,10 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
             if left <= 0:
                 log.warning("%s: refused a call, its connection has not taken the %d bytes of answers it holds "
                             "in %g s", peer, self.peers.pending_bytes_max, limits.PENDING_ANSWER_WAIT_S)
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                    f"{Error.TOO_MANY_REQUESTS.name}: this connection has not read the answers "
-                                    f"it asked for ({self.peers.pending_bytes_max} bytes, "
-                                    "grpcPendingAnswerBytesPerConnection); read them before asking for more")
+                await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, "this connection has not read the answers "
+                                                  f"it asked for ({self.peers.pending_bytes_max} bytes, "
+                                                  "grpcPendingAnswerBytesPerConnection); read them before asking "
+                                                  "for more"))
             sent = self._sent.setdefault(peer, asyncio.Event())
             sent.clear()
             try:

@@ -3,8 +3,8 @@
 Each entry's `code` is its own number on quorumq's cluster protocol (cluster.proto `Error`), and the
 name is what clients and logs show. Both are published: a name or code never changes and is never
 reused; new entries only get added, with a new code. The catalogue is pure data, so core/ may raise
-its errors; how each entry travels on the wire (its RocketMQ v5 `Code` and gRPC status) is one table
-in protocol/wire_errors.py.
+its errors; how each entry travels on the wire is two tables: its RocketMQ v5 `Code` in
+protocol/wire_errors.py, its gRPC status in grpc_errors.py.
 
 Codes by range: 1xx the request breaks a rule, 2xx something named does not exist, 3xx the request
 is refused as such, 4xx the broker cannot take it now (retriable), 5xx the server failed.

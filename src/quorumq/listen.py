@@ -15,6 +15,7 @@ from quorumq.config import Config
 from quorumq.connection_limits import ConnectionLimits, Peers, channel_options
 from quorumq.core.wire_fields import Shape, WireError, count_field
 from quorumq.errors import Error, QuorumqError
+from quorumq.grpc_errors import abort
 
 GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
 UNDELIVERED_MARK = "ExecuteBatchError raised in core by servicer method"
@@ -49,8 +50,8 @@ class RequestBound:
     size, and the entries of its repeated field, counted by core/wire_fields.py in a walk that
     stops past the bound. A request large enough to hold more than entries_max x entry_fields_max
     fields (each takes 2 bytes at least) has the fields within each entry counted too. `answer`
-    builds the method's own answer carrying the refusal (a v5 status); without it the call ends
-    with INVALID_ARGUMENT."""
+    builds the method's own answer carrying the refusal (a v5 status); without it the call fails
+    with the refusal's error (grpc_errors.py)."""
 
     bytes_max: int | None = None  # None: gRPC's receive limit alone
     entries_field: int = 0  # the number of the request's top-level repeated field; 0: none
@@ -83,9 +84,10 @@ class RequestBound:
 
 class MalformedRequests(grpc.aio.ServerInterceptor):
     """gRPC parses a request in its own code, and answers one that does not parse with UNKNOWN and
-    a traceback in the log. Here the handler parses it instead: a request that does not parse gets
-    INVALID_ARGUMENT and one log line. A method with a RequestBound has its request checked on its
-    bytes first, so a request too large for it never becomes millions of objects."""
+    a traceback in the log. Here the handler parses it instead: a request that does not parse fails
+    with BAD_REQUEST (INVALID_ARGUMENT, the entry in the trailing metadata) and one log line. A
+    method with a RequestBound has its request checked on its bytes first, so a request too large
+    for it never becomes millions of objects."""
 
     def __init__(self, bounds: Mapping[str, RequestBound]) -> None:  # full method name -> its bound
         self._bounds = bounds
@@ -107,8 +109,9 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
 def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str,
                         bound: RequestBound | None) -> grpc.RpcMethodHandler:
     """The handler with its request checked against its bound and parsed in the call: a refusal
-    the method answers itself (bound.answer) reaches the handler's wrapper as a QuorumqError;
-    INVALID_ARGUMENT when the request does not parse or is refused without an answer."""
+    the method answers itself (bound.answer) reaches the handler's wrapper as a QuorumqError; the
+    call fails with BAD_REQUEST when the request does not parse, with the refusal when the method
+    has no answer for it."""
     parse = handler.request_deserializer
     answer_refusal = bound.answer if bound is not None and not handler.request_streaming else None
 
@@ -120,10 +123,10 @@ def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str,
         except (DecodeError, WireError) as error:
             log.warning("%s from %s: the request does not parse (%s), answered INVALID_ARGUMENT",
                         method, context.peer(), error)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request does not parse: {error}")
+            await abort(context, QuorumqError(Error.BAD_REQUEST, f"the request does not parse: {error}"))
         log.warning("%s from %s: refused unparsed: %s", method, context.peer(), refused)
         if answer_refusal is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused))
+            await abort(context, refused)
         return refused
 
     async def parsed_stream(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[object]:

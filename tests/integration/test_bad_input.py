@@ -13,8 +13,10 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import SMALL_MESSAGE_SIZE, log_end, log_since
 from quorumq import limits
+from quorumq.client import ClientError
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.errors import Error
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +169,8 @@ def test_a_request_that_does_not_parse_is_invalid_argument_in_one_log_line(small
                 if shape.endswith("stream"):
                     list(answer)
             assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, failed.value)
-            assert "does not parse" in failed.value.details()
+            error = ClientError.from_rpc(failed.value)  # the entry by its code, on every port
+            assert error.error is Error.BAD_REQUEST and "does not parse" in error.detail, (method, error)
     for kind, process in processes.items():
         logged = log_since(process, logged_before[kind])
         assert "Traceback" not in logged, logged

@@ -13,7 +13,7 @@ from quorumq.config import Config, Kind
 from quorumq.core import codec
 from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import Error
-from quorumq.protocol.wire_errors import sent_error
+from quorumq.grpc_errors import sent_error
 from quorumq.store import MessageIn
 
 

@@ -22,7 +22,7 @@ from quorumq.client import (
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.errors import Error
-from quorumq.protocol.wire_errors import sent_error
+from quorumq.grpc_errors import sent_error
 
 
 def new_topic() -> str:

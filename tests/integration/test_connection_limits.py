@@ -17,8 +17,9 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import LocalCluster, check_for, log_end, log_since
-from quorumq.client import FOUND, Message, Producer, PullConsumer
+from quorumq.client import FOUND, ClientError, Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.errors import Error
 
 KiB, MiB = 1024, 1024 * 1024
 IDLE_MS = 1000
@@ -180,7 +181,9 @@ def test_an_address_past_its_connection_cap_is_refused(limited_cluster):
         # The module's earlier connections may still count (until idle), so at most 8 are answered.
         assert 0 < answered <= 8 and len(refused) == 10 - answered
         assert all(e.code() is grpc.StatusCode.RESOURCE_EXHAUSTED for e in refused)
-        assert "TOO_MANY_REQUESTS" in refused[0].details() and "grpcMaxConnectionsPerAddress" in refused[0].details()
+        errors = [ClientError.from_rpc(e) for e in refused]  # the entry by its code, as quorumq's client reads it
+        assert all(e.error is Error.TOO_MANY_REQUESTS for e in errors), errors
+        assert "grpcMaxConnectionsPerAddress" in errors[0].detail
         v5_grpc.MessagingServiceStub(channels[0]).Heartbeat(request, timeout=5)  # a counted one still calls
     finally:
         for channel in channels:

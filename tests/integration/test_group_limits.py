@@ -15,7 +15,7 @@ from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.errors import Error
-from quorumq.protocol.wire_errors import sent_error
+from quorumq.grpc_errors import sent_error
 
 # Every group's name at the longest (127 bytes): the metadata a slave polls then holds 8 MB of names.
 LONG = "x" * 100

@@ -16,7 +16,7 @@ from quorumq.client import AdminClient, ClientError
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.errors import Error
-from quorumq.protocol.wire_errors import sent_error
+from quorumq.grpc_errors import sent_error
 
 GRPC_DEFAULT_RECEIVE_BYTES = 4 * limits.MiB
 

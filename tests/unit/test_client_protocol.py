@@ -16,7 +16,7 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core import codec
 from quorumq.errors import Error, QuorumqError
-from quorumq.protocol.wire_errors import abort
+from quorumq.grpc_errors import abort
 from quorumq.store import StoredMessage
 
 OK = v5.Status(code=v5.Code.OK, message="OK")

@@ -12,14 +12,14 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.message_rules import check_name
 from quorumq.core.quorum import BrokerRole
 from quorumq.errors import Error, QuorumqError
-from quorumq.protocol.wire_errors import abort
+from quorumq.grpc_errors import abort
 from quorumq.store import TopicConfig
 
 log = logging.getLogger("quorumq.admin")
 
 
 def aborts_on_error(handler):
-    """A catalogue error ends the RPC the cluster protocol's way (protocol/wire_errors.py)."""
+    """A catalogue error ends the RPC the cluster protocol's way (grpc_errors.py)."""
 
     @functools.wraps(handler)
     async def guarded(self, request, context):

@@ -4,7 +4,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq.errors import Error
-from quorumq.protocol.wire_errors import sent_error
+from quorumq.grpc_errors import sent_error
 
 # Transport failures after which the client asks for a fresh route and tries again.
 _UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})

@@ -40,7 +40,7 @@ from quorumq.controller.metadata import NotLeader, ReplicaMetadata
 from quorumq.controller.metrics import ControllerCounters
 from quorumq.core import controller_state as cs
 from quorumq.errors import QuorumqError
-from quorumq.protocol.wire_errors import abort
+from quorumq.grpc_errors import abort
 
 log = logging.getLogger("quorumq.controller")
 

@@ -11,7 +11,7 @@ from quorumq.core.message_rules import check_name
 from quorumq.endpoint import messages
 from quorumq.endpoint.messaging import poll_budget
 from quorumq.errors import Error, QuorumqError
-from quorumq.protocol.wire_errors import abort
+from quorumq.grpc_errors import abort
 from quorumq.store import GetStatus
 
 

@@ -1,7 +1,7 @@
 """Batch writes for quorumq's own client (cluster.proto MessageWriter): records the producer encoded
 itself, checked and appended as they are, where the v5 SendMessage parses and re-encodes every
 message. A refused request fails the cluster protocol's way (an Error in the trailing metadata,
-protocol/wire_errors.py), a served one answers with its put status; the broker keeps serving."""
+grpc_errors.py), a served one answers with its put status; the broker keeps serving."""
 
 import logging
 
@@ -12,7 +12,7 @@ from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.message_rules import check_name
 from quorumq.endpoint.messaging import answer_by
 from quorumq.errors import Error, QuorumqError
-from quorumq.protocol.wire_errors import abort
+from quorumq.grpc_errors import abort
 
 log = logging.getLogger("quorumq.endpoint")
 

@@ -11,10 +11,10 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.message_rules import check_name
 from quorumq.errors import Error, QuorumqError
+from quorumq.grpc_errors import abort
 from quorumq.metrics import Families, RpcLatency
 from quorumq.protocol import v5
 from quorumq.protocol.routes import RouteRegistry, client_route
-from quorumq.protocol.wire_errors import abort
 
 log = logging.getLogger("quorumq.namesrv")
 
