@@ -224,6 +224,20 @@ def log_since(process: dict, position: int) -> str:
         return log.read().decode(errors="replace")
 
 
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident set (VmHWM): no transient growth escapes it."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Start the process's VmHWM again from its RSS now (Linux's clear_refs), so that a test measures
+    the peak of what it sends, not of what earlier tests of its module sent."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
 def start_process(process: dict) -> None:
     """Start a stopped cluster process again from its config, as an operator would by hand.
 

@@ -27,8 +27,14 @@ KEYS_PER_MESSAGE_MAX = 32
 # bytes and refuses 64 and more (maxMessageGroupSize), so it takes at most 63 bytes: quorumq takes
 # every group RocketMQ takes, and a few longer ones.
 MESSAGE_GROUP_LENGTH_MAX = 64
-# Room kept in the properties for what the broker stores itself: message id, tag, keys.
-RESERVED_PROPERTIES_BYTES_MAX = TAG_LENGTH_MAX + KEY_LENGTH_MAX * (KEYS_PER_MESSAGE_MAX + 1) + 64
+# What a dead letter's copy adds to the message's properties (core/dead_letters.py): two topic
+# names, two message ids and an attempt count with their names and separators (at most 856 bytes;
+# see the unit test), so a message whose properties were accepted always has a DLQ copy that fits.
+DEAD_LETTER_PROPERTIES_BYTES_MAX = 1 * KiB
+# Room kept in the properties for what the broker stores itself: message id, tag, keys, a dead
+# letter's origin.
+RESERVED_PROPERTIES_BYTES_MAX = (TAG_LENGTH_MAX + KEY_LENGTH_MAX * (KEYS_PER_MESSAGE_MAX + 1) + 64
+                                 + DEAD_LETTER_PROPERTIES_BYTES_MAX)
 
 # Receiving. gRPC refuses an incoming message above 4 MiB unless the receiver raises its limit; the
 # official Node.js, C# and Rust clients keep that default (Java, Go, C++ and Python lift it). One

@@ -57,6 +57,8 @@ class RequestBound:
     entries_field: int = 0  # the number of the request's top-level repeated field; 0: none
     entries_max: int = 0
     entries_name: str = ""  # what the error calls them
+    entries_min: int = 1  # for the error's text
+    entries_error: Error = Error.BATCH_TOO_LARGE  # past entries_max: the error of the rule the handler checks
     enter: Shape = field(default_factory=dict)  # what the walk enters of a large request's entries
     entry_fields_max: int = 0  # fields within one entry of a large request
     answer: Callable[[QuorumqError], object] | None = None
@@ -78,7 +80,8 @@ class RequestBound:
             return QuorumqError(Error.REQUEST_TOO_LARGE, f"{name}: a request holds at most {fields_max} fields "
                                                          f"at its top level{within}")
         if count > self.entries_max:  # the message of the rule the handler checks (SendMessage)
-            return QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{self.entries_max} {self.entries_name}")
+            return QuorumqError(self.entries_error, f"a request carries {self.entries_min}..{self.entries_max} "
+                                                    f"{self.entries_name}")
         return None
 
 

@@ -214,3 +214,29 @@ def test_the_name_server_refuses_control_characters_in_names(small_message_clust
             assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT, failed.value
         assert "\x1b" not in log_since(namesrv, logged_before)
         assert "evil" not in pb_grpc.NameServerStub(channel).GetClusterInfo(pb.Empty(), timeout=10).__str__()
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("address", "127.0.0.1:1\n\x1b[31mforged line", Error.BAD_REQUEST),
+    ("address", "no-port", Error.BAD_REQUEST),
+    ("address", "", Error.BAD_REQUEST),
+    ("ha_address", "127.0.0.1:99999", Error.BAD_REQUEST),
+    ("topic", "evil\n\x1b[31mforged line", Error.ILLEGAL_TOPIC),
+])
+def test_the_name_server_refuses_bad_addresses_and_topic_names(small_message_cluster, field, value, error):
+    namesrv = process_of(small_message_cluster, "namesrv")
+    logged_before = log_end(namesrv)
+    registration = pb.BrokerRegistration(cluster="DefaultCluster", broker_name="evil", broker_id=0,
+                                         address="127.0.0.1:1", ha_address="127.0.0.1:2", role="ASYNC_MASTER")
+    if field == "topic":
+        registration.topics.add(name=value, read_queue_nums=1, write_queue_nums=1, perm=6)
+    else:
+        setattr(registration, field, value)
+    with grpc.insecure_channel(namesrv["address"]) as channel:
+        names_server = pb_grpc.NameServerStub(channel)
+        with pytest.raises(grpc.RpcError) as failed:
+            names_server.RegisterBroker(registration, timeout=10)
+        assert ClientError.from_rpc(failed.value).error is error, failed.value
+        logged = log_since(namesrv, logged_before)
+        assert "registration from" in logged and "\x1b" not in logged, logged
+        assert "evil" not in str(names_server.GetClusterInfo(pb.Empty(), timeout=10))

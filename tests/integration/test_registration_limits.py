@@ -10,7 +10,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import async_check_for, log_end, log_since, restart_process
+from harness import async_check_for, log_end, log_since, peak_rss_bytes, reset_peak_rss, restart_process
 from quorumq import limits
 from quorumq.client import AdminClient, ClientError
 from quorumq.cluster import cluster_pb2 as pb
@@ -54,8 +54,8 @@ def test_the_largest_registration_is_routed_and_a_larger_one_refused(shared_clus
                 names.RegisterBroker(largest, timeout=30)
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
             assert sent_error(refused.value.trailing_metadata()).code == Error.TOO_MANY_REQUESTS.code
-            assert f"more than {limits.REGISTRATION_TOPICS_MAX}" in refused.value.details()
-            assert "registration from" in log_since(namesrv, logged_before)
+            assert f"0..{limits.REGISTRATION_TOPICS_MAX} topics" in refused.value.details()  # counted unparsed
+            assert "RegisterBroker from ipv4:127.0.0.1" in log_since(namesrv, logged_before)
 
             # The refused registration changed nothing, and the real broker is still routed.
             assert query_route(channel, last_topic).status.code == v5.Code.OK
@@ -63,6 +63,30 @@ def test_the_largest_registration_is_routed_and_a_larger_one_refused(shared_clus
             assert {queue.broker.name for queue in query_route(channel, "one-more").message_queues} == {real_broker}
         finally:
             names.UnregisterBroker(largest, timeout=10)
+
+
+def test_a_registration_of_millions_of_empty_topics_is_refused_unparsed(shared_cluster):
+    """As large as the name server takes (REGISTRATION_BYTES_MAX), of 4.6M empty topic entries:
+    counted on its bytes and refused before protobuf builds an object for each (+350 MB)."""
+    namesrv = process_of(shared_cluster, "namesrv")
+    head = pb.BrokerRegistration(cluster="Huge", broker_name="huge", broker_id=0, address="127.0.0.1:1",
+                                 role="ASYNC_MASTER").SerializeToString()
+    empty_topic = bytes([pb.BrokerRegistration.TOPICS_FIELD_NUMBER << 3 | 2, 0])
+    request = head + empty_topic * ((limits.REGISTRATION_BYTES_MAX - len(head)) // len(empty_topic))
+    reset_peak_rss(namesrv["pid"])
+    before = peak_rss_bytes(namesrv["pid"])
+    with grpc.insecure_channel(namesrv["address"], options=[("grpc.max_send_message_length", -1)]) as channel:
+        register = channel.unary_unary("/quorumq.cluster.NameServer/RegisterBroker",
+                                       request_serializer=lambda raw: raw)
+        with pytest.raises(grpc.RpcError) as refused:
+            register(request, timeout=30)
+        grown = peak_rss_bytes(namesrv["pid"]) - before
+        assert grown < 64 * limits.MiB, f"the name server grew by {grown >> 20} MiB"  # the request's copies
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+        error = ClientError.from_rpc(refused.value)
+        assert error.error is Error.TOO_MANY_REQUESTS, error
+        assert f"0..{limits.REGISTRATION_TOPICS_MAX} topics" in error.detail
+        assert "huge" not in str(pb_grpc.NameServerStub(channel).GetClusterInfo(pb.Empty(), timeout=10))
 
 
 async def test_a_broker_refuses_a_topic_past_its_queue_total(shared_cluster):

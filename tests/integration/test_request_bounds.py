@@ -10,7 +10,15 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import SMALL_MESSAGE_SIZE, configuration, log_end, log_since, official_message, started_producer
+from harness import (
+    SMALL_MESSAGE_SIZE,
+    configuration,
+    log_end,
+    log_since,
+    official_message,
+    peak_rss_bytes,
+    started_producer,
+)
 from quorumq import limits
 from quorumq.client import ClientError
 from quorumq.errors import Error
@@ -23,13 +31,6 @@ EMPTY_KEYS = 1_000_000  # of one message, 2 MB on the wire: 1M strings parsed
 
 def process_of(cluster, kind):
     return next(p for p in cluster["processes"] if p["kind"] == kind)
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """The process's peak resident set (VmHWM): no transient growth escapes it."""
-    with open(f"/proc/{pid}/status") as status:
-        line = next(line for line in status if line.startswith("VmHWM:"))
-    return int(line.split()[1]) * 1024
 
 
 def unknown_field(size: int) -> bytes:

@@ -1,7 +1,7 @@
 """SimpleConsumer leases: a group's position is its lowest unacked offset, and an unacked message
 comes back after its invisible time with a higher attempt count."""
 
-from quorumq.core.leases import QueueLeases
+from quorumq.core.leases import QueueLeases, spent
 
 
 def test_position_is_lowest_unacked_offset():
@@ -53,3 +53,26 @@ def test_expired_is_oldest_first_and_bounded():
     for offset in range(5):
         leases.deliver(offset, token=offset, now_ms=0, invisible_ms=10)
     assert leases.expired(now_ms=100, limit=3) == [0, 1, 2]
+
+
+
+def test_message_that_had_max_attempts_deliveries_is_a_dead_letter():
+    assert not spent(attempt=2, max_attempts=3)
+    assert spent(attempt=3, max_attempts=3), "max_attempts deliveries: no more"
+    assert spent(attempt=1, max_attempts=1), "retryMaxTimes 0: one delivery"
+    leases = QueueLeases(start_offset=0)
+    leases.deliver(0, token=1, now_ms=0, invisible_ms=10)
+    leases.redeliver(0, token=2, now_ms=10, invisible_ms=10)
+    assert spent(leases.leases[0].attempt, max_attempts=2)
+
+
+def test_dead_letter_is_held_without_a_delivery_then_dropped():
+    leases = QueueLeases(start_offset=0)
+    leases.deliver(0, token=1, now_ms=0, invisible_ms=10)
+    lease = leases.hold(0, token=2, now_ms=10, hold_ms=5000)
+    assert lease.attempt == 1, "holding for the dead-letter writer is not a delivery"
+    assert leases.expired(now_ms=5009, limit=10) == [], "held while its copy is written"
+    assert leases.expired(now_ms=5010, limit=10) == [0], "a write that failed: tried again"
+    assert not leases.ack(0, 1), "the consumer's handle is stale once held"
+    assert leases.ack(0, 2)
+    assert leases.committed == 1

@@ -4,9 +4,19 @@ A received message is leased: invisible to the group until its invisible time pa
 delivered again with its attempt count raised. The group's position on the queue (what a
 restart resumes from, and what is persisted) is its lowest unacked offset. Times are a monotonic
 clock's milliseconds: leases live in one process's memory, so wall-clock jumps must not move them.
+
+A message that already had its group's `max_attempts` deliveries is not delivered again when its
+lease expires: it is a dead letter (`spent`), held for the dead-letter writer (`hold`) until the
+copy in the group's DLQ topic is stored, then dropped like an ack.
 """
 
 from dataclasses import dataclass
+
+
+def spent(attempt: int, max_attempts: int) -> bool:
+    """Whether a message delivered `attempt` times has had every delivery its group allows
+    (RocketMQ's PopMessageResultFilter: reconsumeTimes >= maxAttempts goes to the DLQ)."""
+    return attempt >= max_attempts
 
 
 @dataclass(slots=True)
@@ -45,6 +55,16 @@ class QueueLeases:
         lease.token = token
         lease.invisible_until_ms = now_ms + invisible_ms
         lease.attempt += 1
+        return lease
+
+    def hold(self, offset: int, token: int, now_ms: int, hold_ms: int) -> Lease:
+        """Lease an expired dead letter to the dead-letter writer for `hold_ms`, without counting a
+        delivery: no other receive takes it while its copy is written, and a write that fails
+        leaves it to expire and be tried again."""
+        lease = self.leases[offset]
+        assert lease.invisible_until_ms <= now_ms, "a visible lease cannot be held"
+        lease.token = token
+        lease.invisible_until_ms = now_ms + hold_ms
         return lease
 
     def skip_to(self, offset: int) -> None:

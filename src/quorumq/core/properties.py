@@ -8,6 +8,14 @@ MESSAGE_GROUP = "__SHARDINGKEY"  # a FIFO message's group
 TRANSACTION = "TRAN_MSG"  # "true": a transaction's half message
 # Any of these makes a message a DELAY message (RocketMQ's TopicMessageType.parseFromMessageProperty).
 DELAY = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+# A dead letter's copy (core/dead_letters.py): its origin, which a delivery of the copy carries as
+# the v5 dead_letter_queue field, and the deliveries it had.
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+RECONSUME_TIME = "RECONSUME_TIME"
 # Names with a meaning to RocketMQ: a producer may not set them as user properties.
 RESERVED = frozenset({TAGS, KEYS, MESSAGE_ID, BODY_ENCODING, MESSAGE_GROUP, TRANSACTION, *DELAY, "WAIT",
-                      "MSG_REGION", "__STARTDELIVERTIME", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC"})
+                      "MSG_REGION", "__STARTDELIVERTIME", "REAL_TOPIC", "REAL_QID", RETRY_TOPIC,
+                      DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID})

@@ -3,20 +3,38 @@ QueryRoute so a RocketMQ client's access point can be the name server."""
 
 import asyncio
 import logging
+import re
 
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
+from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.core.message_rules import check_name
+from quorumq.core.message_rules import check_name, quoted
 from quorumq.errors import Error, QuorumqError
 from quorumq.grpc_errors import abort
+from quorumq.listen import RequestBound
 from quorumq.metrics import Families, RpcLatency
 from quorumq.protocol import v5
 from quorumq.protocol.routes import RouteRegistry, client_route
 
 log = logging.getLogger("quorumq.namesrv")
+
+# What the name server's own requests may hold before they are parsed (listen.py). A registration's
+# topics are counted: protobuf builds an object of about 75 bytes for each, and an entry takes 2
+# bytes on the wire, so the largest registration gRPC takes (REGISTRATION_BYTES_MAX) would parse into
+# 4.6M topics (+288 MiB measured) before the registry counts them. Past REGISTRATION_TOPICS_MAX it is
+# refused unparsed with the registry's own error.
+NAMESRV_BOUNDS = {
+    f"/{pb.DESCRIPTOR.services_by_name['NameServer'].full_name}/RegisterBroker": RequestBound(
+        None, pb.BrokerRegistration.TOPICS_FIELD_NUMBER, limits.REGISTRATION_TOPICS_MAX, "topics", entries_min=0,
+        entries_error=Error.TOO_MANY_REQUESTS),
+}
+# A broker's advertised addresses: host:port, the host of printable ASCII without spaces (a name, an
+# IPv4 address or a bracketed IPv6 one), so that nothing a registration carries reaches the log or a
+# route unescaped.
+_ADDRESS = re.compile(rf"[!-~]{{1,{limits.HOST_LENGTH_MAX}}}:([0-9]{{1,5}})")
 
 
 class NameServerService(pb_grpc.NameServerServicer):
@@ -26,6 +44,7 @@ class NameServerService(pb_grpc.NameServerServicer):
 
     async def RegisterBroker(self, request, context):
         await _check_names(request, context)
+        await _check_contents(request, context)
         try:
             return self.registry.register(request, self.clock.monotonic_ms())
         except QuorumqError as error:  # past a total: the broker's earlier registration, if any, stays
@@ -66,6 +85,27 @@ async def _check_names(registration: pb.BrokerRegistration, context) -> None:
         check_name(registration.broker_name, Error.BAD_REQUEST, "broker name")
     except QuorumqError as error:
         await abort(context, error)
+
+
+async def _check_contents(registration: pb.BrokerRegistration, context) -> None:
+    """The addresses (host:port) and topic names (the name rule) of a registration, which a
+    broker's own always keep (it creates no topic outside the rule)."""
+    try:
+        _check_address(registration.address, "address")
+        if registration.ha_address:
+            _check_address(registration.ha_address, "HA address")
+        for topic in registration.topics:
+            check_name(topic.name, Error.ILLEGAL_TOPIC, "topic")
+    except QuorumqError as error:
+        log.warning("registration from %s refused: %s", context.peer(), error)
+        await abort(context, error)
+
+
+def _check_address(address: str, what: str) -> None:
+    port = _ADDRESS.fullmatch(address)
+    if port is None or not 0 < int(port[1]) < 65536:
+        raise QuorumqError(Error.BAD_REQUEST, f"broker {what} {quoted(address)} must be host:port, the host "
+                                              f"1..{limits.HOST_LENGTH_MAX} printable characters without spaces")
 
 
 class RouteOnlyMessagingService(v5.UnservedMessagingService):

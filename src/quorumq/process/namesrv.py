@@ -13,6 +13,7 @@ from quorumq.config import Config
 from quorumq.listen import grpc_server
 from quorumq.metrics import Exporter, RpcLatency, enabled
 from quorumq.namesrv.service import (
+    NAMESRV_BOUNDS,
     NameServerService,
     RouteOnlyMessagingService,
     collect,
@@ -31,7 +32,8 @@ async def serve(config: Config) -> None:
     address = f"{config['bindAddress']}:{config['listenPort']}"
     rpc = RpcLatency(clock) if enabled(config) else None
     server = grpc_server(address, options=[("grpc.max_receive_message_length", limits.REGISTRATION_BYTES_MAX)],
-                         interceptors=[rpc] if rpc is not None else [], bounds=REQUEST_BOUNDS,
+                         interceptors=[rpc] if rpc is not None else [],
+                         bounds={**REQUEST_BOUNDS, **NAMESRV_BOUNDS},
                          config=config, clock=clock)
     exporter = Exporter(config, lambda: collect(registry, rpc, address)) if rpc is not None else None
     pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)

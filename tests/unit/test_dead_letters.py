@@ -1,0 +1,42 @@
+"""A dead letter's copy (core/dead_letters.py): RocketMQ's origin properties, the attempts it had,
+and room for them in every message the broker accepts."""
+
+from quorumq import limits
+from quorumq.core import codec, properties
+from quorumq.core.dead_letters import dead_letter_properties, dead_letter_topic, is_dead_letter_topic
+from quorumq.core.message_rules import stored_properties
+
+
+def test_copy_keeps_the_message_and_names_its_origin_and_attempts():
+    props = {properties.MESSAGE_ID: "ID1", properties.TAGS: "red", "k": "v"}
+    copied = dead_letter_properties(props, "T", attempts=3)
+    assert copied == {**props, "RETRY_TOPIC": "T", "ORIGIN_MESSAGE_ID": "ID1", "DLQ_ORIGIN_TOPIC": "T",
+                      "DLQ_ORIGIN_MESSAGE_ID": "ID1", "RECONSUME_TIME": "3"}
+    assert props == {properties.MESSAGE_ID: "ID1", properties.TAGS: "red", "k": "v"}, "the original is unchanged"
+
+
+def test_copy_dead_lettered_again_keeps_the_first_origin():
+    first = dead_letter_properties({properties.MESSAGE_ID: "ID1"}, "T", attempts=2)
+    again = dead_letter_properties(first, dead_letter_topic("G"), attempts=5)
+    assert again["DLQ_ORIGIN_TOPIC"] == again["RETRY_TOPIC"] == "T"
+    assert again["RECONSUME_TIME"] == "5"
+
+
+def test_dead_letter_topic_names():
+    assert dead_letter_topic("G1") == "%DLQ%G1"
+    assert is_dead_letter_topic("%DLQ%G1") and not is_dead_letter_topic("G1")
+
+
+def test_producers_may_not_forge_the_origin_the_v5_field_is_made_of():
+    assert {properties.DLQ_ORIGIN_TOPIC, properties.DLQ_ORIGIN_MESSAGE_ID} <= properties.RESERVED
+
+
+def test_copy_of_the_largest_accepted_properties_still_fits_a_record():
+    user_room = limits.PROPERTIES_BYTES_MAX - limits.RESERVED_PROPERTIES_BYTES_MAX
+    user = {"k": "v" * (user_room - 3)}
+    keys = ["k" * limits.KEY_LENGTH_MAX] * limits.KEYS_PER_MESSAGE_MAX
+    stored = stored_properties("i" * limits.KEY_LENGTH_MAX, user, "t" * limits.TAG_LENGTH_MAX, keys, gzip=True)
+    copied = dead_letter_properties(stored, "T" * limits.NAME_LENGTH_MAX, attempts=65)
+    added = len(codec.encode_properties(copied)) - len(codec.encode_properties(stored))
+    assert added <= 856 <= limits.DEAD_LETTER_PROPERTIES_BYTES_MAX
+    assert len(codec.encode_properties(copied)) <= limits.PROPERTIES_BYTES_MAX
