@@ -78,18 +78,29 @@ bench: setup
 	$(MAKE) --no-print-directory bench-replicator
 	$(MAKE) --no-print-directory bench-topics
 
+# BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
+# worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
+BEFORE ?=
+BEFORE_TREE = bench/work/before
+add-before-tree = rm -rf $(BEFORE_TREE) && git worktree add --force --detach $(BEFORE_TREE) $(1) >/dev/null
+remove-before-tree = git worktree remove --force $(BEFORE_TREE)
+BEFORE_AND_AFTER = --code before=$(BEFORE_TREE)/src --code after=src
+
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 # BEFORE=COMMIT measures that commit's code beside this checkout's, interleaved, in one run.
-BEFORE ?=
 bench-replicas: setup
-	$(if $(BEFORE),rm -rf bench/work/before && git worktree add --force --detach bench/work/before $(BEFORE) >/dev/null,)
+	$(if $(BEFORE),$(call add-before-tree,$(BEFORE)),)
 	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30 \
-		$(if $(BEFORE),--parts quorumq --isr 2 --flush ASYNC_FLUSH --code before=bench/work/before/src --code after=src,)
-	$(if $(BEFORE),git worktree remove --force bench/work/before,)
+		$(if $(BEFORE),--parts quorumq --isr 2 --flush ASYNC_FLUSH $(BEFORE_AND_AFTER),)
+	$(if $(BEFORE),$(remove-before-tree),)
 
-# Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5 minutes).
+# Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5
+# minutes). BEFORE=COMMIT makes every fault on that commit's code too, in turn with this checkout's, in
+# one run (about twice as long). ARGS adds options of bench/bench_failover.py (e.g. ARGS="--runs 1").
 bench-failover: setup
-	$(PY) bench/bench_failover.py --runs 10 --stops 3 --handbacks 3
+	$(if $(BEFORE),$(call add-before-tree,$(BEFORE)),)
+	$(PY) bench/bench_failover.py --runs 10 --stops 3 --handbacks 3 $(if $(BEFORE),$(BEFORE_AND_AFTER),) $(ARGS)
+	$(if $(BEFORE),$(remove-before-tree),)
 
 # Controller mode through the official Python and Node.js clients: 10 master SIGKILLs (about 3 minutes).
 bench-client-failover: setup
@@ -103,9 +114,9 @@ bench-replicator: setup
 # (default dee820f) creating 2,000 topics and groups beside this checkout's creating 10,000 of each,
 # in one run. ARGS adds options of bench/bench_topics.py (e.g. ARGS="--topics 300 --groups 300").
 bench-topics: setup
-	rm -rf bench/work/before && git worktree add --force --detach bench/work/before $(or $(BEFORE),dee820f) >/dev/null
-	$(PY) bench/bench_topics.py --wait-quiet 30 --before bench/work/before/src $(ARGS)
-	git worktree remove --force bench/work/before
+	$(call add-before-tree,$(or $(BEFORE),dee820f))
+	$(PY) bench/bench_topics.py --wait-quiet 30 --before $(BEFORE_TREE)/src $(ARGS)
+	$(remove-before-tree)
 
 clean:
 	rm -rf run .pytest_cache

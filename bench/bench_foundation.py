@@ -548,8 +548,6 @@ class Bench:
         with --py-spy and `profile`, sample the servers and the worker meanwhile and summarise where the
         time went."""
         args = {"seconds": self.opts.seconds, **args}
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.src), env.get("PYTHONPATH")]))
         argv = [PYTHON, self.worker_script, "_worker", kind, json.dumps(args)]
         spies = []
         if profile and self.opts.py_spy:
@@ -563,7 +561,7 @@ class Bench:
         print(f"  {key} ...", end=" ", flush=True)
         try:
             res = common.run_worker(argv, label=key, timeout=timeout or self.opts.seconds + 60, log=self.log,
-                                    cpus=cpus, env=env)
+                                    cpus=cpus, env=common.code_env(self.src))
         finally:
             for _, spy in spies:
                 common.py_spy_stop(spy)
@@ -678,11 +676,10 @@ class Bench:
         if data.exists():
             shutil.rmtree(data)
         data.mkdir(parents=True)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.src), env.get("PYTHONPATH")]))
         argv = [PYTHON, "-m", "quorumq.cli.main", "up", "--dir", data, "--base-port", port, *up_args]
         self.commands[f"quorumq up {name}"] = shlex.join(map(str, argv))
-        up = common.start(argv, label=f"quorumq-up-{name}", log=self.workdir / f"{name}-up.log", cwd=ROOT, env=env)
+        up = common.start(argv, label=f"quorumq-up-{name}", log=self.workdir / f"{name}-up.log", cwd=ROOT,
+                          env=common.code_env(self.src))
         return up, self._wait_cluster(data / "cluster.json", up, timeout=60), data
 
     def stop_quorumq(self, up: subprocess.Popen, cluster: dict | None, data: Path) -> None:

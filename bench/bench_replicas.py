@@ -353,9 +353,8 @@ class Bench(bf.Bench):
         print(f"empty gRPC server (bench/fake_v5_server.py on {HOST}:{port})", flush=True)
         argv = [PYTHON, common.BENCH_DIR / "fake_v5_server.py", "--port", port]
         self.commands["empty server"] = shlex.join(map(str, argv))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-        proc = common.start(argv, label="empty-server", log=self.workdir / "empty-server.log", env=env)
+        proc = common.start(argv, label="empty-server", log=self.workdir / "empty-server.log",
+                            env=common.code_env(ROOT / "src"))
         sm = "official Producer.send (v5 SendMessage, 1 in flight)"
         sb = "quorumq single send (SendBatch of 1, 1 in flight)"
         try:
@@ -659,13 +658,6 @@ class Bench(bf.Bench):
                     started)
 
 
-def labelled_source(text: str) -> tuple[str, Path]:
-    label, _, directory = text.partition("=")
-    if not label or not (Path(directory) / "quorumq").is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is LABEL=SRC_DIR, a directory holding the quorumq package")
-    return label, Path(directory).resolve()
-
-
 def csv_of(kind):
     return lambda text: [kind(x) for x in text.split(",") if x]
 
@@ -688,7 +680,7 @@ def main():
     p.add_argument("--metrics", type=csv_of(str), default=["off"],
                    help="Prometheus metrics of the quorumq processes: off, on, or on,off to measure both in each "
                         "round (default off)")
-    p.add_argument("--code", type=labelled_source, action="append", metavar="LABEL=SRC_DIR",
+    p.add_argument("--code", type=common.labelled_source, action="append", metavar="LABEL=SRC_DIR",
                    help="measure quorumq from this source tree too (repeatable, e.g. old=../old/src new=src); "
                         "each configuration runs every tree in turn, labelled (default: this checkout's src)")
     p.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")

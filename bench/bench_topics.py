@@ -258,12 +258,6 @@ class Bench(bf.Bench):
         print(f"\nwrote {path} (worker logs in {self.workdir}; {time.monotonic() - started:.0f} s)")
 
 
-def source_dir(text: str) -> Path:
-    if not (Path(text) / "quorumq").is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a directory holding the quorumq package")
-    return Path(text).resolve()
-
-
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "_worker":
         bf.worker_main(sys.argv[2], sys.argv[3], WORKERS)
@@ -271,7 +265,7 @@ def main():
     p = argparse.ArgumentParser(description="quorumq topic and group creation benchmark (see the module docstring)")
     p.add_argument("--topics", type=int, default=10_000, help="topics this checkout creates (default 10000)")
     p.add_argument("--groups", type=int, default=10_000, help="groups this checkout creates (default 10000)")
-    p.add_argument("--before", type=source_dir, metavar="SRC_DIR",
+    p.add_argument("--before", type=common.source_dir, metavar="SRC_DIR",
                    help="also measure this older tree first (make bench-topics: dee820f's, from a git worktree)")
     p.add_argument("--before-topics", type=int, default=2_000, help="topics the older tree creates (default 2000)")
     p.add_argument("--before-groups", type=int, default=2_000, help="groups the older tree creates (default 2000)")

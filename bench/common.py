@@ -7,8 +7,10 @@ bench fails. Benchmarks never assert: they print a table and write JSON to bench
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import datetime
+import functools
 import json
 import math
 import os
@@ -216,6 +218,45 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+# --------------------------------------------------------------------------------------------------
+# Which quorumq code runs: a bench measures this checkout's src, or older trees beside it (git worktrees,
+# `make bench-... BEFORE=COMMIT`), each selected by PYTHONPATH, which `quorumq up`'s children inherit.
+
+
+def source_dir(text: str) -> Path:
+    """argparse type: a directory holding the quorumq package (a tree's src)."""
+    if not (Path(text) / "quorumq").is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory holding the quorumq package")
+    return Path(text).resolve()
+
+
+def labelled_source(text: str) -> tuple[str, Path]:
+    """argparse type of `--code LABEL=SRC_DIR`."""
+    label, _, directory = text.partition("=")
+    if not label:
+        raise argparse.ArgumentTypeError(f"{text!r} is LABEL=SRC_DIR, a directory holding the quorumq package")
+    return label, source_dir(directory)
+
+
+def code_env(src: Path) -> dict[str, str]:
+    """This environment with `src` first on PYTHONPATH: a process started with it runs that tree's code."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+    return env
+
+
+@functools.cache
+def quiet_up_options(src: Path) -> tuple[str, ...]:
+    """`quorumq up` options for no dashboard and no metrics, as the published figures were measured,
+    as far as the tree at `src` has them (older trees have neither): whatever its `up --help` names."""
+    done = subprocess.run([PYTHON, "-m", "quorumq.cli.main", "up", "--help"], capture_output=True, text=True,
+                          cwd=ROOT, env=code_env(src), timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"quorumq up --help of {src} failed: {done.stderr.strip()[-1000:]}")
+    return ((("--no-dashboard",) if "--no-dashboard" in done.stdout else ())
+            + (("--set", "metricsExporterType=DISABLE") if "metricsExporterType" in done.stdout else ()))
 
 
 # --------------------------------------------------------------------------------------------------
