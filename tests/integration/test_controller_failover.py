@@ -110,8 +110,7 @@ def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
     group.wait_in_sync()
     assert group.status(old_master)["brokerRole"] == "SLAVE"
     assert set(acknowledged) <= set(group.bodies(topic))
-    check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
-              == group.status(new_master)["commitLogMaxOffset"], "the old master caught up")
+    group.wait_caught_up(old_master, new_master)
 
 
 def test_a_v5_resend_to_the_new_master_is_answered_from_the_copy_the_old_one_stored(group):
@@ -244,8 +243,7 @@ def test_a_slave_rejoins_only_once_it_holds_the_commits_answered_without_it(grou
             (offsets_file / "in-the-way").mkdir(parents=True)
             consumer.commit_offset(topic, 0, 20)
             os.kill(left["pid"], signal.SIGCONT)
-            check_for(SETTLE_S, 0.2, lambda: group.status(left)["commitLogMaxOffset"]
-                      == group.status(master)["commitLogMaxOffset"], "the slave's log caught up")
+            group.wait_caught_up(left, master)
             until = time.monotonic() + 6  # 60 rounds of the master's SyncStateSet upkeep
             while time.monotonic() < until:
                 assert left_id not in group.replica_info()["sync_state_set"], "rejoined without the commit"
@@ -340,8 +338,7 @@ def test_a_deposed_master_truncates_what_only_it_held(group):
     assert group.send(topic, b"on-the-new-master") == SEND_OK
     start_process(old_master)
     group.wait_in_sync()
-    check_for(SETTLE_S, 0.2, lambda: group.status(old_master)["commitLogMaxOffset"]
-              == group.status(new_master)["commitLogMaxOffset"], "the old master's log ends as the new master's")
+    group.wait_caught_up(old_master, new_master)
     assert "truncating" in log_since(old_master, logged_before)
     bodies = group.bodies(topic)
     assert bodies[0] == b"replicated" and bodies[-1] == b"on-the-new-master"
@@ -392,8 +389,7 @@ def test_a_slave_whose_log_is_corrupt_cuts_it_and_fetches_the_rest_again(group):
     start_process(slave)
     group.wait_in_sync()
     assert group.send(topic, b"after") == SEND_OK
-    check_for(SETTLE_S, 0.2, lambda: group.status(slave)["commitLogMaxOffset"]
-              == group.status(master)["commitLogMaxOffset"], "the slave's log ends as the master's")
+    group.wait_caught_up(slave, master)
     assert "corrupt at" in log_since(slave, logged_before)
 
 
