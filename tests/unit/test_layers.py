@@ -33,17 +33,49 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def imported_names(module: str, path: Path) -> set[str]:
+    """Every module name a file imports, anywhere in it (a function-level import counts): absolute
+    and relative imports (resolved against the file's package) and importlib.import_module with a
+    literal name. `from a import b` yields a.b: the module a.b if there is one, else a name in a."""
+    package_name = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = resolve("." * node.level + (node.module or ""), package_name)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Call) and is_import_module(node.func) and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            names.add(resolve(node.args[0].value, package_name))
+    return names
+
+
+def resolve(name: str, package_name: str) -> str:
+    """The absolute name of an import written in package `package_name` (`..a` -> parent.a)."""
+    level = len(name) - len(name.lstrip("."))
+    if not level:
+        return name
+    base = package_name.rsplit(".", level - 1)[0] if level > 1 else package_name
+    return f"{base}.{name[level:]}" if name[level:] else base
+
+
+def is_import_module(func: ast.expr) -> bool:
+    """importlib.import_module(...) or import_module(...) (from importlib import import_module)."""
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module"
+            and isinstance(func.value, ast.Name) and func.value.id == "importlib") \
+        or (isinstance(func, ast.Name) and func.id == "import_module")
+
+
 def imports(found: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the quorumq modules it imports, anywhere in it (a function-level import counts)."""
+    """Module -> the quorumq modules it imports (a name that is no module counts as its package)."""
     graph = defaultdict(set)
     for module, path in found.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("quorumq"):
-                for alias in node.names:
-                    name = f"{node.module}.{alias.name}"
-                    graph[module].add(name if name in found else node.module)
-            elif isinstance(node, ast.Import):
-                graph[module].update(alias.name for alias in node.names if alias.name.startswith("quorumq"))
+        for name in imported_names(module, path):
+            while name not in found and "." in name:
+                name = name.rpartition(".")[0]
+            if name.startswith("quorumq") and name != module:
+                graph[module].add(name)
     return graph
 
 
@@ -89,15 +121,9 @@ def test_no_import_circle():
             pytest.fail("import circle: " + " -> ".join(circle))
 
 
-def external_imports(path: Path) -> set[str]:
+def external_imports(module: str, path: Path) -> set[str]:
     """The modules outside quorumq that a file imports, anywhere in it."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and not (node.module or "").startswith("quorumq"):
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names if not alias.name.startswith("quorumq"))
-    return names
+    return {name for name in imported_names(module, path) if name.partition(".")[0] != "quorumq"}
 
 
 def reached_from(start_package: str) -> set[str]:
@@ -115,7 +141,7 @@ def reached_from(start_package: str) -> set[str]:
 def test_core_loads_no_io_and_no_protocol():
     found = modules()
     heavy = sorted(f"{module} imports {name}" for module in reached_from("core")
-                   for name in external_imports(found[module])
+                   for name in external_imports(module, found[module])
                    if any(name == top or name.startswith(top + ".") for top in CORE_FORBIDDEN))
     assert not heavy, "\n".join(heavy)
 
