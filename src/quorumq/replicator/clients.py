@@ -1,14 +1,17 @@
-"""Broker clients for Spark's Python processes, made on first use and kept per process.
+"""Broker clients and the clock for Spark's Python processes, made on first use and kept per
+process.
 
 Readers and writers are pickled into tasks (a client holds threads and sockets, which do not
 pickle), and Spark reuses its Python workers across tasks and micro-batches, so one client per
-process and access point serves every task that process runs.
+process and access point serves every task that process runs. The clock is made where it is read,
+so each process sees its own offset (clock.py keys a jumped clock by process id).
 """
 
 import json
 from typing import Any
 
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
+from quorumq.clock import Clock
 
 # The group the replicator's pulls name; pulls by offset never move its committed offsets.
 PULL_GROUP = "CID_RMQ_SYS_REPLICATOR"
@@ -21,6 +24,10 @@ def _cached(kind: str, access_point: str, make: Any) -> Any:
     if client is None:
         client = _clients[(kind, access_point)] = make()
     return client
+
+
+def clock() -> Clock:
+    return _cached("clock", "", Clock)
 
 
 def admin(access_point: str) -> Any:

@@ -191,7 +191,7 @@ class QueueReader(DataSourceStreamReader):
     def _queue_ranges(self) -> dict[QueueKey, tuple[int, int]]:
         """Each readable queue's (min offset, end offset), asked of each broker at most every
         REPLICATOR_END_OFFSETS_CACHE_S: Spark asks for the latest offset often while idle."""
-        if time.monotonic() - self._ranges_at < limits.REPLICATOR_END_OFFSETS_CACHE_S:
+        if clients.clock().monotonic() - self._ranges_at < limits.REPLICATOR_END_OFFSETS_CACHE_S:
             return self._ranges
         admin = clients.admin(self.options.access_point)
         ranges = {}
@@ -211,7 +211,7 @@ class QueueReader(DataSourceStreamReader):
                     continue
                 for queue in progress.queues:
                     ranges[QueueKey(topic, broker.broker_name, queue.queue_id)] = (queue.min_offset, queue.max_offset)
-        self._ranges, self._ranges_at = ranges, time.monotonic()
+        self._ranges, self._ranges_at = ranges, clients.clock().monotonic()
         return ranges
 
 
@@ -406,7 +406,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
         position = start
         for chunk in batches(rows.messages[start:], limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX):
             results = _send_chunk(producer, rows.topic, destination, chunk, stop_at_failure=fail_fast)
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = clients.clock().now_ms()
             for offset, (message, result) in enumerate(zip(chunk, results), start=position):
                 if result.ok:
                     report.written += 1

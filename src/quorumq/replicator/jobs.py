@@ -16,7 +16,6 @@ trigger, progress and restart handling from Spark.
 import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -217,7 +216,7 @@ class Heartbeat:
 
     def beat(self) -> None:
         settings = self.settings
-        status = {"sourceCluster": self.source_cluster, "checkedAt": _now_ms(), **self._latest_arrival()}
+        status = {"sourceCluster": self.source_cluster, "checkedAt": clients.clock().now_ms(), **self._latest_arrival()}
         stale_ms = 3 * settings.heartbeat_interval_s * 1000
         status["alive"] = "sentAt" in status and status["checkedAt"] - status["sentAt"] <= stale_ms
         settings.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
@@ -225,7 +224,7 @@ class Heartbeat:
         self.sequence += 1
         clients.send_json(settings.source, HEARTBEAT_TOPIC,
                           {"source": self.source_cluster, "target": clients.cluster_name(settings.target),
-                           "seq": self.sequence, "sentAt": _now_ms()}, f"heartbeat-{self.sequence}")
+                           "seq": self.sequence, "sentAt": clients.clock().now_ms()}, f"heartbeat-{self.sequence}")
 
     def _latest_arrival(self) -> dict:
         consumer = clients.consumer(self.settings.target)
@@ -238,10 +237,6 @@ class Heartbeat:
                 return {"sentAt": sent_at, "arrivedAt": message.store_timestamp_ms,
                         "latencyMs": message.store_timestamp_ms - sent_at}
         return {}
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # Checkpoint.
@@ -298,8 +293,8 @@ class GroupTranslator:
         for group, consumers in skipped.items():
             log.info("checkpoint: group %s left as it is: %d live consumers on the target", group, consumers)
         moved = {group: self._translate_group(group) for group in writable}
-        status = {"checkedAt": _now_ms(), "translated": {group: len(queues) for group, queues in moved.items()},
-                  "skipped": skipped}
+        status = {"checkedAt": clients.clock().now_ms(),
+                  "translated": {group: len(queues) for group, queues in moved.items()}, "skipped": skipped}
         self.settings.groups_path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.settings.groups_path, json.dumps(status).encode())
         return moved
