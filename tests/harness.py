@@ -14,6 +14,7 @@ import random
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -391,6 +392,74 @@ def v5_send(address: str, message: v5.Message, timeout: float = 10) -> v5s.SendM
     with grpc.insecure_channel(address) as channel:
         return v5_grpc.MessagingServiceStub(channel).SendMessage(
             v5s.SendMessageRequest(messages=[message]), timeout=timeout)
+
+
+# A client that never reads its answers speaks raw HTTP/2, as no gRPC client can be made to stop reading.
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def _hpack_literal(name: str, value: str) -> bytes:  # literal, not indexed, no Huffman; names and values < 127
+    return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+
+
+class RawConnection:
+    """One HTTP/2 connection that opens gRPC calls and never reads an answer nor grants flow-control
+    window beyond HTTP/2's initial 64 KiB."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.address = address
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))  # preface, SETTINGS
+        self._next_stream = 1
+
+    def call(self, path: str, request: bytes | None) -> None:
+        """Open a call; with request None, a stream that stays open (no message, no end)."""
+        stream, self._next_stream = self._next_stream, self._next_stream + 2
+        headers = b"".join(_hpack_literal(name, value) for name, value in (
+            (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", self.address),
+            ("content-type", "application/grpc"), ("te", "trailers")))
+        frames = _frame(1, 4, stream, headers)  # HEADERS, END_HEADERS
+        if request is not None:
+            frames += _frame(0, 1, stream, b"\x00" + struct.pack(">I", len(request)) + request)  # END_STREAM
+        self.sock.sendall(frames)
+
+    def settings(self) -> dict[int, int]:
+        """The broker's first SETTINGS: parameter id -> value."""
+        header = self._read(9)
+        length, kind = int.from_bytes(header[:3], "big"), header[3]
+        assert kind == 4, f"frame type {kind} before the server's SETTINGS"
+        payload = self._read(length)
+        return {int.from_bytes(payload[i:i + 2], "big"): int.from_bytes(payload[i + 2:i + 6], "big")
+                for i in range(0, length, 6)}
+
+    def _read(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        return data
+
+    def closed_within(self, seconds: float) -> bool:
+        """Whether the broker closes the connection within `seconds` (what it sends meanwhile is
+        read and dropped)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except socket.timeout:
+                return False
+            except ConnectionResetError:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 # The official client, as an application uses it.

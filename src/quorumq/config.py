@@ -139,6 +139,8 @@ KEYS: dict[str, Key] = {
     "grpcMaxConnections": Key(int, limits.CONNECTIONS_PER_BROKER_MAX, BNC),
     "grpcMaxConnectionsPerAddress": Key(int, limits.CONNECTIONS_PER_ADDRESS_DEFAULT, BNC),
     "grpcPendingAnswerBytesPerConnection": Key(int, limits.PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT, BNC),
+    "grpcPendingAnswerBytesTotal": Key(int, limits.PENDING_ANSWER_BYTES_TOTAL_DEFAULT, BNC),
+    "grpcUnreadAnswerTimeoutMills": Key(int, limits.UNREAD_ANSWER_TIMEOUT_MS_DEFAULT, BNC),
     # Metrics (RocketMQ 5's exporter keys; quorumq exports Prometheus only, at /metrics).
     "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
     "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
@@ -248,9 +250,13 @@ class Config:
 
     def _check(self) -> None:
         for name in ("grpcClientIdleTimeMills", "grpcMaxConcurrentCallsPerConnection", "grpcMaxConnections",
-                     "grpcMaxConnectionsPerAddress", "grpcPendingAnswerBytesPerConnection"):
+                     "grpcMaxConnectionsPerAddress", "grpcPendingAnswerBytesPerConnection",
+                     "grpcPendingAnswerBytesTotal", "grpcUnreadAnswerTimeoutMills"):
             if self._values[name] < 1:
                 raise QuorumqError(Error.CONFIG_INVALID, f"{name} must be at least 1, got {self._values[name]}")
+        if self._values["grpcPendingAnswerBytesTotal"] < self._values["grpcPendingAnswerBytesPerConnection"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "grpcPendingAnswerBytesTotal must be at least "
+                                                     "grpcPendingAnswerBytesPerConnection")
         if self.kind is Kind.BROKER:
             self._check_broker()
         elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:

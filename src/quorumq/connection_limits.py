@@ -9,11 +9,17 @@ client's deadline passes or the connection closes: gRPC cannot reset one stream 
 (an abort with an answer still waiting for flow control leaves it queued). So a connection may hold
 at most `grpcPendingAnswerBytesPerConnection` of answers handed to gRPC and not yet sent: a further
 answer waits for room (back-pressure), and past PENDING_ANSWER_WAIT_S its call ends with
-RESOURCE_EXHAUSTED, its answer dropped."""
+TOO_MANY_REQUESTS, its answer dropped. The server's connections together hold at most
+`grpcPendingAnswerBytesTotal`: an answer past it is refused at once with TOO_MANY_REQUESTS. And a
+connection whose answers make no progress for `grpcUnreadAnswerTimeoutMills` (none sent while it
+holds some) is closed, which frees them: gRPC offers no call for that, so its socket is found among
+the process's descriptors by its two ends and shut down."""
 
 import asyncio
 import inspect
 import logging
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,6 +50,7 @@ class _Peer:
     calls: int = 0  # in flight
     pending_bytes: int = 0  # answers handed to gRPC, not sent yet
     last_active_ms: int = 0  # when its last call ended
+    progress_ms: int = 0  # when it last sent an answer, or began to hold one with none held
 
 
 class Peers:
@@ -51,10 +58,14 @@ class Peers:
     each has in flight. A peer without calls for longer than the idle timeout was closed by gRPC
     (max_connection_idle) and is forgotten; one with a call in flight (a Telemetry stream) never is."""
 
-    def __init__(self, per_address_max: int, idle_ms: int, pending_bytes_max: int) -> None:
+    def __init__(self, per_address_max: int, idle_ms: int, pending_bytes_max: int, pending_bytes_total_max: int,
+                 unread_ms: int) -> None:
         self.per_address_max = per_address_max
         self.idle_ms = idle_ms
         self.pending_bytes_max = pending_bytes_max
+        self.pending_bytes_total_max = pending_bytes_total_max
+        self.unread_ms = unread_ms
+        self.pending_bytes_total = 0  # of every peer
         self._peers: dict[str, _Peer] = {}
         self._by_address: dict[str, set[str]] = {}
 
@@ -94,11 +105,19 @@ class Peers:
         """Whether the peer's unsent answers are below its room: only then does a call of it start."""
         return self._peers[peer].pending_bytes < self.pending_bytes_max
 
-    def hold(self, peer: str, size: int) -> bool:
+    def fits_total(self, size: int) -> bool:
+        """Whether an answer of `size` bytes fits what every peer together may hold (one answer
+        always does while none is held, however large)."""
+        return self.pending_bytes_total + size <= self.pending_bytes_total_max or not self.pending_bytes_total
+
+    def hold(self, peer: str, size: int, now_ms: int) -> bool:
         """Count an answer of `size` bytes as pending on the peer: whether it may go to gRPC now,
         within the room (one answer always may on a peer with no other pending, however large)."""
         known = self._peers[peer]
+        if not known.pending_bytes:
+            known.progress_ms = now_ms
         known.pending_bytes += size
+        self.pending_bytes_total += size
         return self.may_send(peer, size)
 
     def may_send(self, peer: str, size: int) -> bool:
@@ -106,8 +125,21 @@ class Peers:
         pending = self._peers[peer].pending_bytes
         return pending <= self.pending_bytes_max or pending == size
 
-    def release(self, peer: str, size: int) -> None:
-        self._peers[peer].pending_bytes -= size
+    def release(self, peer: str, size: int, now_ms: int) -> None:
+        """The answer was sent, or its call ended without it."""
+        known = self._peers[peer]
+        known.pending_bytes -= size
+        known.progress_ms = now_ms
+        self.pending_bytes_total -= size
+
+    def unread(self, now_ms: int) -> list[str]:
+        """The peers that hold answers and sent none for longer than unread_ms: each is named once
+        per unread_ms, so a peer whose connection is being closed is not named again at once."""
+        found = [peer for peer, known in self._peers.items()
+                 if known.pending_bytes and now_ms - known.progress_ms > self.unread_ms]
+        for peer in found:
+            self._peers[peer].progress_ms = now_ms
+        return found
 
     def _forget_idle(self, address: str, now_ms: int) -> None:
         peers = self._by_address[address]
@@ -123,14 +155,17 @@ class Peers:
 
 class ConnectionLimits(grpc.aio.ServerInterceptor):
     """Applies Peers to every call: a call from a connection past its address's cap, or whose answer
-    finds no room in PENDING_ANSWER_WAIT_S, fails with TOO_MANY_REQUESTS (RESOURCE_EXHAUSTED) and a
-    message saying which."""
+    finds no room in PENDING_ANSWER_WAIT_S or in the server's total, fails with TOO_MANY_REQUESTS
+    (RESOURCE_EXHAUSTED) and a message saying which; a connection whose answers stay unread is
+    closed."""
 
-    def __init__(self, peers: Peers, monotonic_ms: Callable[[], int]) -> None:  # the server's Clock's
+    def __init__(self, peers: Peers, monotonic_ms: Callable[[], int], port: int) -> None:
         self.peers = peers
-        self._monotonic_ms = monotonic_ms
+        self._monotonic_ms = monotonic_ms  # the server's Clock's
+        self._port = port  # the server's own: the local end of its clients' connections
         self._sent: dict[str, asyncio.Event] = {}  # peer -> set when one of its answers was sent
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # method -> its handler, wrapped once
+        self._closer: asyncio.Task | None = None  # closes the connections whose answers stay unread
 
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
@@ -170,6 +205,8 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
 
     async def _start(self, context) -> str:
         """Count the call; it starts once its connection has room for answers (back-pressure)."""
+        if self._closer is None:  # the first call: the server's loop runs
+            self._closer = asyncio.get_running_loop().create_task(self._close_unread())
         peer = context.peer()
         if not self.peers.call_started(peer, self._monotonic_ms()):
             log.warning("%s: refused a call, its address has %d connections already", peer,
@@ -189,7 +226,13 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
         """Count `response` as pending on the peer at once (so no further call starts) and wait until
         it fits the room; its size."""
         size = response.ByteSize() if hasattr(response, "ByteSize") else 0
-        if not self.peers.hold(peer, size):
+        if not self.peers.fits_total(size):
+            log.warning("%s: refused an answer of %d bytes, the server's connections hold %d bytes of answers not "
+                        "sent yet", peer, size, self.peers.pending_bytes_total)
+            await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, "the server's connections hold "
+                                              f"{self.peers.pending_bytes_total_max} bytes of answers their clients "
+                                              "have not read (grpcPendingAnswerBytesTotal); try again later"))
+        if not self.peers.hold(peer, size, self._monotonic_ms()):
             try:
                 await self._room(peer, lambda: self.peers.may_send(peer, size), context)
             except BaseException:
@@ -217,7 +260,41 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
                 pass
 
     def _release(self, peer: str, size: int) -> None:
-        self.peers.release(peer, size)
+        self.peers.release(peer, size, self._monotonic_ms())
         sent = self._sent.get(peer)
         if sent is not None:
             sent.set()
+
+    async def _close_unread(self) -> None:
+        while True:
+            await asyncio.sleep(self.peers.unread_ms / 4000)
+            for peer in self.peers.unread(self._monotonic_ms()):
+                closed = close_connection(peer, self._port)
+                log.warning("%s: %s its connection, which sent none of the answers it holds in %d ms "
+                            "(grpcUnreadAnswerTimeoutMills)", peer, "closed" if closed else "found no socket of",
+                            self.peers.unread_ms)
+
+
+def close_connection(peer: str, port: int) -> bool:
+    """Shut down the TCP connection of this process whose local port is `port` and whose other end is
+    the gRPC peer ("ipv4:127.0.0.1:5000"): gRPC then ends its calls and drops what they hold. Whether
+    it was found among the process's descriptors (shutdown acts on the socket, so a duplicate does)."""
+    host, _, remote_port = peer.partition(":")[2].rpartition(":")
+    if not remote_port.isdigit():
+        return False
+    remote = (host.strip("[]"), int(remote_port))
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(fd))) as sock:  # a duplicate, of the socket's own family
+                if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.getsockname()[1] != port:
+                    continue
+                other_host, other_port = sock.getpeername()[:2]
+                # gRPC listens on dual-stack sockets: an IPv4 client's address is IPv4-mapped there.
+                if (other_host.removeprefix("::ffff:"), other_port) == remote:
+                    sock.shutdown(socket.SHUT_RDWR)
+                    return True
+        except OSError:  # closed meanwhile, or not connected
+            continue
+    return False

@@ -220,6 +220,17 @@ PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT = 4 * PULL_BYTES_MAX
 # How long an answer waits for room on its connection before its call ends with RESOURCE_EXHAUSTED:
 # a client that reads drains 64 MiB on localhost in well under a second.
 PENDING_ANSWER_WAIT_S = 5.0
+# Answer bytes all the connections of one server may hold handed to gRPC but not sent
+# (grpcPendingAnswerBytesTotal): the room of each connection alone let a thousand connections that
+# never read hold 64 GiB. Four connections' room: the RSS counts a held byte about twice (the
+# answer and gRPC's copy), so unread answers cost a server at most about 512 MiB. An answer past it
+# is refused at once (waiting would hold it too).
+PENDING_ANSWER_BYTES_TOTAL_DEFAULT = 4 * PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT
+# A connection that holds answers and has sent none of them for this long is closed
+# (grpcUnreadAnswerTimeoutMills), freeing them and its share of the total: its client stopped
+# reading, and would keep them until its deadline, or for ever without one. A client that reads
+# takes even a PULL_BYTES_MAX answer within 20 s on a link of 1 MB/s, so a minute closes no reader.
+UNREAD_ANSWER_TIMEOUT_MS_DEFAULT = 60_000
 
 # Metrics (src/quorumq/metrics.py): label values one process exports, so that ten thousand topics
 # cannot make a scrape of megabytes; values past a bound are summed under METRICS_OVERFLOW_LABEL.

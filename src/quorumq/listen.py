@@ -173,10 +173,11 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     connections = channel_options(config["grpcClientIdleTimeMills"], config["grpcMaxConcurrentCallsPerConnection"],
                                   config["grpcMaxConnections"])
     peers = Peers(config["grpcMaxConnectionsPerAddress"], config["grpcClientIdleTimeMills"],
-                  config["grpcPendingAnswerBytesPerConnection"])
+                  config["grpcPendingAnswerBytesPerConnection"], config["grpcPendingAnswerBytesTotal"],
+                  config["grpcUnreadAnswerTimeoutMills"])
+    limited = ConnectionLimits(peers, clock.monotonic_ms, int(address.rpartition(":")[2]))
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
-                             interceptors=[ConnectionLimits(peers, clock.monotonic_ms), MalformedRequests(bounds or {}),
-                                           *interceptors])
+                             interceptors=[limited, MalformedRequests(bounds or {}), *interceptors])
     try:
         server.add_insecure_port(address)
     except RuntimeError as error:

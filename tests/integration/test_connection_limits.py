@@ -5,7 +5,6 @@ broker serves everyone else. The hostile client speaks raw HTTP/2, as no gRPC cl
 to stop reading."""
 
 import socket
-import struct
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import LocalCluster, check_for, log_end, log_since
+from harness import LocalCluster, RawConnection, async_check_for, check_for, log_end, log_since
 from quorumq.client import FOUND, ClientError, Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error
@@ -55,72 +54,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * KiB
     raise AssertionError(f"no VmRSS for {pid}")
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
-
-
-def _hpack_literal(name: str, value: str) -> bytes:  # literal, not indexed, no Huffman; names and values < 127
-    return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
-
-
-class RawConnection:
-    """One HTTP/2 connection that opens gRPC calls and never reads an answer nor grants flow-control
-    window beyond HTTP/2's initial 64 KiB."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.address = address
-        self.sock = socket.create_connection((host, int(port)), timeout=5)
-        self.sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))  # preface, SETTINGS
-        self._next_stream = 1
-
-    def call(self, path: str, request: bytes | None) -> None:
-        """Open a call; with request None, a stream that stays open (no message, no end)."""
-        stream, self._next_stream = self._next_stream, self._next_stream + 2
-        headers = b"".join(_hpack_literal(name, value) for name, value in (
-            (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", self.address),
-            ("content-type", "application/grpc"), ("te", "trailers")))
-        frames = _frame(1, 4, stream, headers)  # HEADERS, END_HEADERS
-        if request is not None:
-            frames += _frame(0, 1, stream, b"\x00" + struct.pack(">I", len(request)) + request)  # END_STREAM
-        self.sock.sendall(frames)
-
-    def settings(self) -> dict[int, int]:
-        """The broker's first SETTINGS: parameter id -> value."""
-        header = self._read(9)
-        length, kind = int.from_bytes(header[:3], "big"), header[3]
-        assert kind == 4, f"frame type {kind} before the server's SETTINGS"
-        payload = self._read(length)
-        return {int.from_bytes(payload[i:i + 2], "big"): int.from_bytes(payload[i + 2:i + 6], "big")
-                for i in range(0, length, 6)}
-
-    def _read(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            assert chunk, "the broker closed the connection"
-            data += chunk
-        return data
-
-    def closed_within(self, seconds: float) -> bool:
-        """Whether the broker closes the connection within `seconds` (what it sends meanwhile is
-        read and dropped)."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            self.sock.settimeout(left)
-            try:
-                if not self.sock.recv(65536):
-                    return True
-            except socket.timeout:
-                return False
-            except ConnectionResetError:
-                return True
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_an_idle_connection_is_closed_and_one_with_an_open_stream_is_not(limited_cluster):
@@ -163,6 +96,44 @@ async def test_answers_a_connection_never_reads_are_bounded_and_others_are_serve
         assert time.monotonic() - started < 2
     finally:
         hostile.close()
+
+
+async def test_unread_answers_are_bounded_server_wide_and_a_connection_that_reads_none_is_closed(start_cluster):
+    """Two connections that never read hold the server's total of unsent answers (each within its
+    own room): an answer to anyone else is refused at once, until the broker closes them."""
+    unread_ms = 4000
+    cluster = start_cluster(sets={"grpcPendingAnswerBytesPerConnection": str(PENDING_BYTES),
+                                  "grpcPendingAnswerBytesTotal": str(2 * PENDING_BYTES),
+                                  "grpcUnreadAnswerTimeoutMills": str(unread_ms)})
+    broker, topic = broker_of(cluster), f"T{uuid.uuid4().hex[:10]}"
+    bodies = [bytes([i]) * BODY for i in range(BODIES)]
+    async with Producer(cluster["access_point"]) as producer:
+        await producer.send_batch(topic, [Message(body) for body in bodies], queue_id=0)
+    request = pb.PullBatchRequest(group="G", topic=topic, queue_id=0, offset=0, max_count=BODIES).SerializeToString()
+    answers_per_connection = PENDING_BYTES // (BODY * BODIES)  # each fills its connection's room
+
+    hostile = [RawConnection(broker["address"]) for _ in range(2)]
+    try:
+        for connection in hostile:
+            for _ in range(answers_per_connection):
+                connection.call("/quorumq.cluster.MessageReader/PullBatch", request)
+        async with PullConsumer(cluster["access_point"], "G2") as consumer:
+            async def refused() -> ClientError | None:
+                try:
+                    await consumer.pull(topic, 0, 0, BODIES)
+                except ClientError as error:
+                    return error
+                return None
+
+            error = await async_check_for(10, 0.1, refused, "a pull refused while the total is held")
+            assert error.error is Error.TOO_MANY_REQUESTS and "grpcPendingAnswerBytesTotal" in error.detail, error
+            for connection in hostile:
+                assert connection.closed_within(3 * unread_ms / 1000), "a connection that reads nothing is closed"
+            result = await consumer.pull(topic, 0, 0, BODIES)  # the total is free again
+            assert result.status == FOUND and [m.body for m in result.messages] == bodies
+    finally:
+        for connection in hostile:
+            connection.close()
 
 
 def test_an_address_past_its_connection_cap_is_refused(limited_cluster):

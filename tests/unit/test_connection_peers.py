@@ -3,6 +3,12 @@
 from quorumq.connection_limits import Peers, client_address
 
 IDLE_MS = 1000
+UNREAD_MS = 5000
+
+
+def new_peers() -> Peers:
+    return Peers(per_address_max=2, idle_ms=IDLE_MS, pending_bytes_max=100, pending_bytes_total_max=250,
+                 unread_ms=UNREAD_MS)
 
 
 def test_a_client_address_is_the_peer_without_its_port():
@@ -11,7 +17,7 @@ def test_a_client_address_is_the_peer_without_its_port():
 
 
 def test_a_new_connection_past_its_address_cap_is_refused_and_other_addresses_are_not():
-    peers = Peers(per_address_max=2, idle_ms=IDLE_MS, pending_bytes_max=100)
+    peers = new_peers()
     assert peers.call_started("ipv4:10.0.0.1:1", 0) and peers.call_started("ipv4:10.0.0.1:2", 0)
     assert peers.call_started("ipv4:10.0.0.1:1", 0), "a counted connection calls again"
     assert not peers.call_started("ipv4:10.0.0.1:3", 0)
@@ -20,7 +26,7 @@ def test_a_new_connection_past_its_address_cap_is_refused_and_other_addresses_ar
 
 
 def test_a_connection_idle_past_the_timeout_is_forgotten_and_one_with_a_call_in_flight_never():
-    peers = Peers(per_address_max=2, idle_ms=IDLE_MS, pending_bytes_max=100)
+    peers = new_peers()
     peers.call_started("ipv4:10.0.0.1:1", 0)  # a Telemetry stream: open for good
     peers.call_started("ipv4:10.0.0.1:2", 0)
     assert peers.call_ended("ipv4:10.0.0.1:2", 10) == 0
@@ -30,7 +36,7 @@ def test_a_connection_idle_past_the_timeout_is_forgotten_and_one_with_a_call_in_
 
 
 def test_many_addresses_are_forgotten_once_idle():
-    peers = Peers(per_address_max=2, idle_ms=IDLE_MS, pending_bytes_max=100)
+    peers = new_peers()
     for port in range(4):
         peers.call_started(f"ipv4:10.0.1.{port}:1", 0)
         peers.call_ended(f"ipv4:10.0.1.{port}:1", 0)
@@ -39,18 +45,46 @@ def test_many_addresses_are_forgotten_once_idle():
 
 
 def test_answers_wait_for_room_and_one_answer_always_goes():
-    peers = Peers(per_address_max=2, idle_ms=IDLE_MS, pending_bytes_max=100)
+    peers = new_peers()
     peer = "ipv4:10.0.0.1:1"
     peers.call_started(peer, 0)
-    assert peers.hold(peer, 500), "alone, an answer larger than the room goes"
+    assert peers.hold(peer, 500, 0), "alone, an answer larger than the room goes"
     assert not peers.has_room(peer)
-    peers.release(peer, 500)
-    assert peers.hold(peer, 60) and peers.has_room(peer)
-    assert not peers.hold(peer, 60), "past the room: it waits, counted, so no further call starts"
+    peers.release(peer, 500, 0)
+    assert peers.hold(peer, 60, 0) and peers.has_room(peer)
+    assert not peers.hold(peer, 60, 0), "past the room: it waits, counted, so no further call starts"
     assert not peers.has_room(peer) and not peers.may_send(peer, 60)
-    peers.release(peer, 60)
+    peers.release(peer, 60, 0)
     assert peers.may_send(peer, 60)
-    peers.release(peer, 60)
+    peers.release(peer, 60, 0)
     peers.call_ended(peer, 0)
     assert peers.call_started("ipv4:10.0.0.1:2", 0)
     assert len(peers) == 2, "a connection with answers pending is not forgotten"
+
+
+def test_the_peers_together_hold_at_most_the_total_and_one_answer_always_fits():
+    peers = new_peers()
+    assert peers.fits_total(1000), "alone, an answer larger than the total goes"
+    for port in (1, 2, 3):
+        peers.call_started(f"ipv4:10.0.0.1:{port}", 0)
+    peers.hold("ipv4:10.0.0.1:1", 100, 0)
+    peers.hold("ipv4:10.0.0.1:2", 100, 0)
+    assert peers.fits_total(50) and not peers.fits_total(51)
+    peers.release("ipv4:10.0.0.1:1", 100, 0)
+    assert peers.fits_total(150) and peers.pending_bytes_total == 100
+
+
+def test_a_peer_whose_answers_stay_unsent_is_named_once_per_timeout():
+    peers = new_peers()
+    reading, stalled, idle = "ipv4:10.0.0.1:1", "ipv4:10.0.0.1:2", "ipv4:10.0.0.2:1"
+    for peer in (reading, stalled, idle):
+        peers.call_started(peer, 0)
+    peers.hold(reading, 60, 0)
+    peers.hold(stalled, 60, 0)
+    peers.hold(reading, 30, 4000)  # held with others: no progress
+    peers.release(reading, 60, 4000)  # an answer sent: progress
+    assert peers.unread(UNREAD_MS) == []
+    assert peers.unread(UNREAD_MS + 1) == [stalled], "the idle peer holds nothing"
+    assert peers.unread(UNREAD_MS + 2) == [], "named once: its connection is being closed"
+    assert peers.unread(4000 + UNREAD_MS + 1) == [reading]
+    assert sorted(peers.unread(3 * UNREAD_MS)) == [reading, stalled], "each again after another timeout"
