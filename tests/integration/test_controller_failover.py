@@ -85,6 +85,20 @@ def test_one_master_is_elected_and_every_replica_joins_the_sync_state_set(group)
     assert meta["leader"] in group.controller_addresses.split(";") and len(meta["controllers"]) == 2
 
 
+def test_quorumq_clients_take_each_queue_once_at_the_master(group):
+    """The route lists each queue once per replica, for the official clients; quorumq's clients
+    keep each queue once, at the master: a producer that took the slaves' entries too had most
+    SendBatch requests refused and sent again after a backoff (40 ms a request instead of 1-2),
+    and admin consumeMessage printed each message once per replica."""
+    topic = group.new_topic()
+    for index in range(3):
+        assert group.send(topic, f"m{index}".encode()) == SEND_OK
+    with Blocking(PullConsumer, group.cluster["access_point"], "reader") as consumer:
+        assert [(queue.queue_id, queue.address) for queue in consumer.queues(topic)] == [(0, group.master()["address"])]
+    printed = cli("admin", "consumeMessage", "-n", group.cluster["access_point"], "-t", topic, "--json")
+    assert [record["body"] for record in json.loads(printed.stdout)] == ["m0", "m1", "m2"], printed.stderr
+
+
 def test_master_sigkill_elects_a_slave_and_loses_no_acknowledged_send(group):
     """Scenario 43: sends acknowledged by the old master are all on the new master (epoch + 1),
     which takes sends and which cluster.json names at once; the old master restarts as its slave

@@ -181,8 +181,14 @@ class Routes:
                 last_error = error
                 continue
             check(response.status)
-            return sorted((_route_queue(queue) for queue in response.message_queues),
-                          key=lambda q: (q.broker_name, q.queue_id))
+            # In controller mode the route lists each queue once per replica, master first, for the
+            # official clients, whose requests a replica forwards (protocol/v5.message_queues). This
+            # client's SendBatch only a master takes (a slave's refusal costs a backoff and a route
+            # query), and a slave's reads may lag: each queue is kept at its first entry.
+            queues: dict[tuple[str, int], RouteQueue] = {}
+            for queue in map(_route_queue, response.message_queues):
+                queues.setdefault((queue.broker_name, queue.queue_id), queue)
+            return [queues[key] for key in sorted(queues)]
         raise last_error
 
 
