@@ -48,7 +48,9 @@ def send(stub, *messages):
     (message(body=b"x" * (SMALL_MESSAGE_SIZE + 1)), v5.Code.MESSAGE_BODY_TOO_LARGE),
     (message(user={"UNIQ_KEY": "mine"}), v5.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (message(tag="a|b"), v5.Code.ILLEGAL_MESSAGE_TAG),
-    (message(message_type=v5.MessageType.FIFO, message_group="g"), v5.Code.UNSUPPORTED),
+    (message(message_type=v5.MessageType.FIFO, message_group="g"), v5.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (message(message_type=v5.MessageType.FIFO, message_group="a\nb"), v5.Code.ILLEGAL_MESSAGE_GROUP),
+    (message(message_type=v5.MessageType.FIFO, message_group="g" * 65), v5.Code.ILLEGAL_MESSAGE_GROUP),
     (message(message_type=v5.MessageType.TRANSACTION), v5.Code.UNSUPPORTED),
     (message(message_type=v5.MessageType.DELAY), v5.Code.UNSUPPORTED),
 ])

@@ -2,8 +2,10 @@
 
 import pytest
 
+from quorumq.core.message_types import TopicMessageType
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, TopicConfig, TopicConfigs, write_atomically
+from quorumq.store.keyed_log import encode_record
 
 
 def test_write_atomically_replaces_whole_files(tmp_path):
@@ -53,6 +55,18 @@ def test_topic_configs_persist_every_change(tmp_path):
     third.load()
     assert third.get("orders") is None and third.get("audit").write_queue_nums == 2
     assert [path.name for path in (tmp_path / "config").iterdir()] == ["topics.log"]
+
+
+def test_topic_configs_keep_their_message_type_and_older_logs_load_as_normal(tmp_path):
+    topics = TopicConfigs(tmp_path)
+    topics.load()
+    topics.put(TopicConfig("orders", 8, 8, message_type=TopicMessageType.FIFO))
+    with open(topics.path, "ab") as log:  # a record written before message types
+        log.write(encode_record({"audit": {"name": "audit", "read_queue_nums": 4, "write_queue_nums": 2, "perm": 6}}))
+    again = TopicConfigs(tmp_path)
+    again.load()
+    assert again.all() == [TopicConfig("audit", 4, 2, 6, TopicMessageType.NORMAL),
+                           TopicConfig("orders", 8, 8, 6, TopicMessageType.FIFO)]
 
 
 def test_topic_config_limits():

@@ -1,16 +1,22 @@
-"""Subscription groups and topic message types as pure rules: RocketMQ's defaults, the back-off of
-each attempt, the mqadmin JSON of a retry policy, what a topic of each type takes and a message's
-type from its properties; bad input gets its catalogue error."""
+"""Subscription groups and topic message types: RocketMQ's defaults, the back-off of each attempt,
+the mqadmin JSON of a retry policy, what a topic of each type takes, a message's type from its
+properties and a FIFO message's queue; bad input gets its catalogue error; a broker keeps the
+configured groups."""
 
+import hashlib
 import json
 
 import pytest
+from test_store_support import ManualClock
 
-from quorumq.core import properties
+from quorumq.broker.consumers import ConsumerGroups
+from quorumq.config import Config, Kind
+from quorumq.core import codec, properties
 from quorumq.core.message_types import (
     ACCEPTED,
     TopicMessageType,
     check_message_type,
+    fifo_queue,
     message_type,
     parse_attributes,
     parse_message_type,
@@ -28,6 +34,7 @@ from quorumq.core.subscription import (
     retry_policy_from_json,
 )
 from quorumq.errors import Error, QuorumqError
+from quorumq.store import MemoryStore
 
 T = TopicMessageType
 
@@ -143,3 +150,47 @@ def test_topic_attributes_take_rocketmqs_syntax():
     for bad in ("+message.type=fifo", "+message.type=UNSPECIFIED", "message.type=FIFO", "+message.type",
                 "-message.type=FIFO", "+retention=3", "", "+message.type=FIFO,-message.type"):
         assert error_of(parse_attributes, bad) is Error.ILLEGAL_TOPIC_ATTRIBUTE
+
+
+def test_a_message_group_has_one_queue_for_a_queue_count():
+    assert fifo_queue("order-1", 8) == fifo_queue("order-1", 8)
+    # The official Python client's hash (queue_selector.py select_queue_by_hash_key).
+    assert fifo_queue("order-1", 8) == int(hashlib.sha256(b"order-1").hexdigest(), 16) % 8
+    assert {fifo_queue(f"g{number}", 8) for number in range(100)} == set(range(8))
+
+
+def test_a_producers_records_show_their_properties():
+    records = bytearray(2048)
+    view = memoryview(records)
+    position = 0
+    for props in ({"UNIQ_KEY": "1"}, {"UNIQ_KEY": "2", properties.MESSAGE_GROUP: "g"}):
+        encoded = codec.encode_properties(props)
+        size = codec.record_size(b"T", b"h", encoded, b"body")
+        codec.encode_record(view, position, size, b"T", 0, 0, 0, 0, b"h", 0, encoded, b"body")
+        position += size
+    assert codec.records_properties(bytes(records[:position]), 2) == [
+        {"UNIQ_KEY": "1"}, {"UNIQ_KEY": "2", properties.MESSAGE_GROUP: "g"}]
+    for count, cut in ((3, position), (2, position - 1)):
+        with pytest.raises(ValueError):
+            codec.records_properties(bytes(records[:cut]), count)
+
+
+def test_subscription_groups_persist_and_a_slave_adopts_its_masters(tmp_path):
+    def consumers():
+        return ConsumerGroups(MemoryStore(clock=ManualClock()), tmp_path, ManualClock(), Config(Kind.BROKER, {}),
+                              lambda: None)
+
+    groups = consumers()
+    fifo = SubscriptionGroup("orders", consume_message_orderly=True, retry_max_times=3,
+                             retry_policy=RetryPolicy(EXPONENTIAL, initial_ms=2000))
+    groups.set_subscription(fifo)
+    groups.set_subscription(SubscriptionGroup("audit", consume_enable=False))
+    assert "orders" in groups.groups, "a configured group is known from then on"
+    again = consumers()
+    assert again.group("orders") == fifo and again.configured("orders")
+    assert again.group("never") == SubscriptionGroup("never") and not again.configured("never")
+    again.adopt_subscriptions([SubscriptionGroup("orders")])
+    third = consumers()
+    assert [group.name for group in third.subscriptions()] == ["orders"] and third.group("orders").max_attempts == 17
+    assert third.delete_subscription("orders") and not third.delete_subscription("orders")
+    assert consumers().subscriptions() == []

@@ -34,3 +34,16 @@ def test_a_controller_mode_group_lists_each_queue_once_per_replica_master_first(
     assert {(q.broker.name, q.broker.id, q.permission) for q in response.message_queues} == {
         ("a", 0, v5.Permission.READ_WRITE)}
     assert all(q.broker.endpoints.scheme == v5.AddressScheme.IPv4 for q in response.message_queues)
+
+
+def test_queues_announce_the_message_types_their_topic_takes():
+    expected = {pb.NORMAL: [v5.MessageType.NORMAL], pb.FIFO: [v5.MessageType.FIFO], pb.DELAY: [v5.MessageType.DELAY],
+                pb.TRANSACTION: [v5.MessageType.TRANSACTION],
+                pb.MIXED: [v5.MessageType.NORMAL, v5.MessageType.FIFO, v5.MessageType.DELAY,
+                           v5.MessageType.TRANSACTION],
+                pb.MESSAGE_TYPE_UNSET: [v5.MessageType.NORMAL]}  # a broker before message types
+    for message_type, accepted in expected.items():
+        topic_route = route(replicas_forward=False)
+        topic_route.queues[0].message_type = message_type
+        assert [list(q.accept_message_types) for q in route_response(topic_route, TOPIC).message_queues] == [
+            accepted, accepted]

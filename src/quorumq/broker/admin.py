@@ -1,4 +1,5 @@
-"""The broker's side of quorumq's cluster protocol: topics, config, status and consumer progress."""
+"""The broker's side of quorumq's cluster protocol: topics, config, status, subscription groups and
+consumer progress."""
 
 import functools
 import inspect
@@ -7,13 +8,15 @@ from typing import Awaitable, Callable
 
 from quorumq import limits
 from quorumq.broker.broker import Broker
+from quorumq.broker.metadata import topic_config_from_pb
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.message_rules import check_name
+from quorumq.core.message_types import TopicMessageType
 from quorumq.core.quorum import BrokerRole
 from quorumq.errors import Error, QuorumqError
 from quorumq.grpc_errors import abort
-from quorumq.store import TopicConfig
+from quorumq.protocol.configs import group_from_pb, group_to_pb
 
 log = logging.getLogger("quorumq.admin")
 
@@ -43,8 +46,9 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
     @aborts_on_error
     async def UpdateTopic(self, request):
         check_name(request.name, Error.ILLEGAL_TOPIC, "topic")
-        await self.broker.change_topic(TopicConfig(request.name, request.read_queue_nums, request.write_queue_nums,
-                                                   request.perm))
+        old = self.broker.topics.configs.get(request.name)
+        unset = old.message_type if old is not None else TopicMessageType.NORMAL  # no type given: keep the topic's
+        await self.broker.change_topic(topic_config_from_pb(request, unset))
         await self.publish_topics()
         return pb.Empty()
 
@@ -98,6 +102,26 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
                 raise QuorumqError(Error.BAD_REQUEST, f"group {group}: first contact {first_contact_ms} is negative")
         self.broker.consumers.add_groups(dict(request.groups))
         return pb.Empty()
+
+    @aborts_on_error
+    async def UpdateSubscriptionGroup(self, request):
+        group = group_from_pb(request)
+        await self.broker.topics.change_subscription(group)
+        log.info("subscription group %s set: %s", group.name, group)
+        return pb.Empty()
+
+    @aborts_on_error
+    async def DeleteSubscriptionGroup(self, request):
+        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        await self.broker.topics.delete_subscription(request.group)
+        log.info("subscription group %s deleted", request.group)
+        return pb.Empty()
+
+    @aborts_on_error
+    def GetSubscriptionGroup(self, request):
+        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        consumers = self.broker.consumers
+        return group_to_pb(consumers.group(request.group), consumers.configured(request.group))
 
     @aborts_on_error
     def GetConsumerProgress(self, request):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from quorumq import metrics
 from quorumq.broker.consumers import ConsumerGroups
-from quorumq.broker.metadata import MetadataSync
+from quorumq.broker.metadata import MetadataSync, topic_config_pb
 from quorumq.broker.metrics import BrokerCounters
 from quorumq.broker.pulls import Arrivals, Pulls
 from quorumq.broker.send_path import PutResult, SendPath
@@ -396,9 +396,7 @@ class Broker:
             cluster=self.config["brokerClusterName"], broker_name=self.config["brokerName"],
             broker_id=self.advertised_id, address=self.address, ha_address=self.ha_address,
             role=self.role.value if self.controller_mode else self.config["brokerRole"],
-            topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
-                                   write_queue_nums=config.write_queue_nums, perm=config.perm)
-                    for config in (self.topics.all() if topics is None else topics)],
+            topics=[topic_config_pb(config) for config in (self.topics.all() if topics is None else topics)],
             topics_increment=topics is not None,
             auto_create_topic=self.config["autoCreateTopicEnable"],
             default_queue_nums=self.config["defaultTopicQueueNums"], perm=self.config["brokerPermission"],

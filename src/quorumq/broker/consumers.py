@@ -1,4 +1,5 @@
-"""Consumer groups on one broker: committed offsets, SimpleConsumer leases and receipt handles.
+"""Consumer groups on one broker: their subscription configs, committed offsets, SimpleConsumer
+leases and receipt handles.
 
 The committed offset of a (group, topic, queue) is the single source of progress: pull consumers
 set it directly, SimpleConsumer groups move it to their lowest unacked offset. Leases live in memory
@@ -19,13 +20,14 @@ from quorumq.config import Config
 from quorumq.core import properties
 from quorumq.core.group_start import starts_at_zero
 from quorumq.core.leases import QueueLeases
-from quorumq.core.subscription import SubscriptionGroup
+from quorumq.core.subscription import SubscriptionGroup, group_data, group_from_data
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, GetResult, GetStatus, KeyedLog, Store, StoredMessage, tag_hash
 
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 GROUPS_FILE_NAME = "consumerGroups.log"  # group -> first contact (ms)
 LEGACY_GROUPS_FILE_NAME = "consumerGroups.json"  # the whole-file form of earlier versions, taken into the log
+SUBSCRIPTIONS_FILE_NAME = "subscriptionGroups.log"  # group -> its subscription config, as RocketMQ's JSON
 PHYSICAL_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as RocketMQ's StoreUtil reads it
 
 
@@ -82,6 +84,11 @@ class ConsumerGroups:
             root / "config" / GROUPS_FILE_NAME, "consumer groups", decode=first_contact,
             legacy=root / "config" / LEGACY_GROUPS_FILE_NAME)
         self._first_seen.load()
+        # The groups an operator configured (updateSubGroup); any other group has the defaults.
+        self._subscriptions: KeyedLog[SubscriptionGroup] = KeyedLog(
+            root / "config" / SUBSCRIPTIONS_FILE_NAME, "subscription groups", encode=group_data,
+            decode=group_from_data)
+        self._subscriptions.load()
         self._leases: dict[QueueKey, QueueLeases] = {}
         self._tokens = random.Random()
         # Live consumers, in memory: each group's open client sessions, and when a client of the
@@ -91,7 +98,31 @@ class ConsumerGroups:
 
     def group(self, name: str) -> SubscriptionGroup:
         """The group's subscription config: RocketMQ's defaults for a group never configured."""
-        return SubscriptionGroup(name)
+        return self._subscriptions.get(name) or SubscriptionGroup(name)
+
+    def configured(self, name: str) -> bool:
+        return name in self._subscriptions
+
+    def subscriptions(self) -> list[SubscriptionGroup]:
+        """Every configured group, by name."""
+        entries = self._subscriptions.entries
+        return [entries[name] for name in sorted(entries)]
+
+    def set_subscription(self, group: SubscriptionGroup) -> None:
+        """Replace a group's config (a new group is known from now on, within GROUPS_MAX: it starts
+        where a group starts at its first contact)."""
+        self.touch(group.name)
+        self._subscriptions.put(group.name, group)
+
+    def delete_subscription(self, name: str) -> bool:
+        """Forget a group's config: it has the defaults again. Whether it had one."""
+        return self._subscriptions.delete(name)
+
+    def adopt_subscriptions(self, groups: list[SubscriptionGroup]) -> None:
+        """A slave takes its master's configs, in one write: a group its master lacks goes."""
+        kept = {group.name for group in groups}
+        self._subscriptions.update({group.name: group for group in groups},
+                                   [name for name in self._subscriptions.entries if name not in kept])
 
     def touch(self, group: str) -> None:
         """Note a group's first contact: a new group that does not read a queue from offset 0

@@ -1,18 +1,33 @@
-"""What slaves copy besides the commit log (topic configs, consumer groups and their positions),
+"""What slaves copy besides the commit log (topic configs, consumer groups, their subscription
+configs and positions),
 and, in controller mode with allAckInSyncStateSet, the wait until the SyncStateSet members have
 applied a change.
 
-Versions count the topic updates and offset commits of this process (of its term as master, in
+Versions count the topic, subscription group and offset changes of this process (of its term as master, in
 controller mode); each slave long-polls `metadata_for` saying which version it has applied."""
 
 import asyncio
 import uuid
 
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.message_types import TopicMessageType
 from quorumq.core.quorum import BrokerRole
 from quorumq.core.sync_state import MetadataJoin, join_metadata, waits_for_join
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.configs import group_from_pb, group_to_pb, message_type_from_pb, message_type_to_pb
 from quorumq.store import TopicConfig
+
+
+def topic_config_pb(config: TopicConfig) -> pb.TopicConfig:
+    return pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
+                          write_queue_nums=config.write_queue_nums, perm=config.perm,
+                          message_type=message_type_to_pb(config.message_type))
+
+
+def topic_config_from_pb(config: pb.TopicConfig, unset: TopicMessageType = TopicMessageType.NORMAL) -> TopicConfig:
+    """The config a message carries; `unset` is its type when it names none."""
+    return TopicConfig(config.name, config.read_queue_nums, config.write_queue_nums, config.perm,
+                       message_type_from_pb(config.message_type) or unset)
 
 
 class MetadataSync:
@@ -51,12 +66,11 @@ class MetadataSync:
         broker = self._broker
         return pb.BrokerMetadata(
             incarnation=self.incarnation, version=self.version,
-            topics=[pb.TopicConfig(name=config.name, read_queue_nums=config.read_queue_nums,
-                                   write_queue_nums=config.write_queue_nums, perm=config.perm)
-                    for config in broker.topics.all()],
+            topics=[topic_config_pb(config) for config in broker.topics.all()],
             offsets=[pb.QueueOffset(group=group, topic=topic, queue_id=queue_id, offset=offset)
                      for group, topic, queue_id, offset in broker.consumers.positions()],
-            groups=broker.consumers.groups)
+            groups=broker.consumers.groups,
+            subscription_groups=[group_to_pb(group) for group in broker.consumers.subscriptions()])
 
     async def metadata_for(self, request: pb.MetadataRequest) -> pb.BrokerMetadata:
         """A slave's long poll: note the version it has applied, then answer once there is a newer
@@ -80,14 +94,13 @@ class MetadataSync:
         return request.broker_id > 0 and self._broker.controller_mode and self._broker.role is BrokerRole.SLAVE
 
     def adopt_metadata(self, metadata: pb.BrokerMetadata) -> None:
-        """A slave takes its master's topics, consumer groups and their positions."""
+        """A slave takes its master's topics, consumer groups, their configs and positions."""
         consumers = self._broker.consumers
-        self._broker.topics.adopt([TopicConfig(config.name, config.read_queue_nums, config.write_queue_nums,
-                                               config.perm) for config in metadata.topics])
+        self._broker.topics.adopt([topic_config_from_pb(config) for config in metadata.topics])
         consumers.adopt_groups(dict(metadata.groups))
+        consumers.adopt_subscriptions([group_from_pb(config) for config in metadata.subscription_groups])
         for position in metadata.offsets:
-            if consumers.committed(position.group, position.topic, position.queue_id) != position.offset:
-                consumers.commit(position.group, position.topic, position.queue_id, position.offset)
+            consumers.adopt_position(position.group, position.topic, position.queue_id, position.offset)
         consumers.persist()
 
     def metadata_joined(self, slave_id: int) -> bool:

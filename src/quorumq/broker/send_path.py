@@ -167,7 +167,8 @@ class SendPath:
         refused = []
         for index, message in fresh:
             try:
-                message.queue_id = self._broker.topics.writable_queue(message.topic, message.queue_id)
+                message.queue_id = self._broker.topics.writable_queue(message.topic, message.queue_id,
+                                                                      message.properties)
             except QuorumqError as error:
                 refused.append((index, PutResult(None, error=error)))
         return refused
@@ -200,7 +201,7 @@ class SendPath:
         plan = self._admit(count)
         if plan.rejected:
             return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, queue_id, master_epoch=self._broker.master_epoch)
-        queue_id = self._broker.topics.writable_queue(topic, queue_id)
+        queue_id = self._broker.topics.writable_records_queue(topic, queue_id, records, count)
         max_body_bytes = self.config["maxMessageSize"]
 
         def append() -> AppendResult:

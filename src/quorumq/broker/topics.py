@@ -1,12 +1,17 @@
-"""A broker's topics and its consumer groups' positions: configs, auto-creation, the queues a send
-or a read may use, and the changes slaves copy (broker/metadata.py carries them)."""
+"""A broker's topics and its consumer groups' positions and subscription configs: configs,
+auto-creation, the queues a send or a read may use (and the messages a topic's type takes), and the
+changes slaves copy (broker/metadata.py carries them)."""
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from quorumq import limits
+from quorumq.core import codec, properties
+from quorumq.core.message_rules import check_message_group
+from quorumq.core.message_types import TopicMessageType, check_message_type, fifo_queue
 from quorumq.core.quorum import BrokerRole
+from quorumq.core.subscription import SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import PERM_READ, PERM_WRITE
 from quorumq.store import TopicConfig, TopicConfigs
@@ -70,8 +75,8 @@ class Topics:
             self._changed.add(config.name)
         self._broker.topics_changed.set()
         self._broker.metadata_sync.new_version()
-        log.info("topic %s: read %d write %d perm %d", config.name, config.read_queue_nums,
-                 config.write_queue_nums, config.perm)
+        log.info("topic %s: read %d write %d perm %d type %s", config.name, config.read_queue_nums,
+                 config.write_queue_nums, config.perm, config.message_type.value)
         return config
 
     async def change_topic(self, config: TopicConfig) -> None:
@@ -81,6 +86,26 @@ class Topics:
         self.update_topic(config)
         if self._broker.role is not BrokerRole.SLAVE:
             await self._broker.metadata_sync.replicated(self._broker.metadata_sync.version, "topic update")
+
+    async def change_subscription(self, group: SubscriptionGroup) -> None:
+        """An operator's subscription group update (updateSubGroup, the whole config), answered as
+        a topic update is (change_topic)."""
+        self._broker.consumers.set_subscription(group)
+        await self._changed_config(f"subscription group {group.name} update")
+
+    async def delete_subscription(self, group: str) -> None:
+        """An operator's deletion of a group's config (deleteSubGroup): the group has the defaults
+        again; its positions stay."""
+        self._broker.consumers.delete_subscription(group)
+        await self._changed_config(f"subscription group {group} deletion")
+
+    async def _changed_config(self, what: str) -> None:
+        """Slaves copy the change; on a controller-mode master with allAckInSyncStateSet it is
+        answered once every SyncStateSet member has applied it."""
+        sync = self._broker.metadata_sync
+        version = sync.new_version()
+        if self._broker.role is not BrokerRole.SLAVE:
+            await sync.replicated(version, what)
 
     async def delete_topic(self, topic: str) -> None:
         """An operator's deletion. A master writes it in the log and answers once its members hold
@@ -134,13 +159,15 @@ class Topics:
         if queue_id not in self.readable_queue_ids(topic):
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
 
-    def writable_queue(self, topic: str, queue_id: int) -> int:
-        """The queue a send goes to: `queue_id`, or when it is negative the topic's next queue round
-        robin. The topic is created when the config allows it, and must be writable here. Called
-        after admission (broker/send_path.py): a send refused must not create its topic."""
-        config = self.topic_config(topic, create=True)
-        if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
-            raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
+    def writable_queue(self, topic: str, queue_id: int, message: Mapping[str, str]) -> int:
+        """The queue a send of a message (its properties) goes to: a FIFO message's group's queue
+        (core/message_types.py fifo_queue, whatever queue the client chose), else `queue_id`, or
+        when it is negative the topic's next queue round robin. Called after admission
+        (broker/send_path.py): a send refused must not create its topic."""
+        config = self._config_to_send(topic, [message])
+        group = message.get(properties.MESSAGE_GROUP)
+        if group is not None:
+            return fifo_queue(group, config.write_queue_nums)
         if queue_id < 0:
             turn = self._round_robin.get(topic, 0)
             self._round_robin[topic] = turn + 1
@@ -148,6 +175,35 @@ class Topics:
         if queue_id >= config.write_queue_nums:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
         return queue_id
+
+    def writable_records_queue(self, topic: str, queue_id: int, records: bytes, count: int) -> int:
+        """writable_queue for the records a producer encoded for one queue (SendBatch): the queue
+        they name must be writable, and a FIFO record must name its group's queue."""
+        messages = _type_properties(records, count)
+        config = self._config_to_send(topic, messages)
+        if queue_id >= config.write_queue_nums:
+            raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
+        for message in messages:
+            group = message.get(properties.MESSAGE_GROUP)
+            if group is not None and fifo_queue(group, config.write_queue_nums) != queue_id:
+                raise QuorumqError(Error.BAD_REQUEST, f"message group {group!r} goes to queue "
+                                                      f"{fifo_queue(group, config.write_queue_nums)} of topic "
+                                                      f"{topic} on this broker, not {queue_id}")
+        return queue_id
+
+    def _config_to_send(self, topic: str, messages: Sequence[Mapping[str, str]]) -> TopicConfig:
+        """The config of a topic a send goes to, which takes the type of each message (their
+        properties): created when the config allows it (NORMAL, and only for messages it takes),
+        and writable here."""
+        config = self.configs.get(topic)
+        if config is not None or self.config["autoCreateTopicEnable"]:
+            kind = config.message_type if config is not None else TopicMessageType.NORMAL
+            for message in messages:
+                check_message_type(topic, kind, message)
+        config = self.topic_config(topic, create=True)
+        if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
+            raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
+        return config
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set a group's position. With SYNC_FLUSH it is on disk before the answer, as a send is;
@@ -162,6 +218,29 @@ class Topics:
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             broker.consumers.persist()
         await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")
+
+
+# A message has a type other than NORMAL only when one of these names is among its properties: a
+# request of records without any of them in its bytes is NORMAL messages, known without decoding.
+_TYPE_KEYS = tuple(f"{name}{codec.NAME_VALUE_SEPARATOR}".encode()
+                   for name in (properties.MESSAGE_GROUP, properties.TRANSACTION, *properties.DELAY))
+_NORMAL_MESSAGE: list[Mapping[str, str]] = [{}]
+
+
+def _type_properties(records: bytes, count: int) -> Sequence[Mapping[str, str]]:
+    """The properties of a producer's records as far as their types go: one NORMAL message stands
+    for all of them when none can be of another type. A record's group keeps the rules a v5 send's
+    does (core/message_rules.py)."""
+    if not any(key in records for key in _TYPE_KEYS):
+        return _NORMAL_MESSAGE
+    try:
+        messages = codec.records_properties(records, count)
+    except ValueError as exc:
+        raise QuorumqError(Error.RECORD_CORRUPTED, f"the records do not parse: {exc}") from None
+    for message in messages:
+        if properties.MESSAGE_GROUP in message:
+            check_message_group(message[properties.MESSAGE_GROUP])
+    return messages
 
 
 def queue_count(config: TopicConfig) -> int:

@@ -419,6 +419,21 @@ class BrokerAdminStub:
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerGroups.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
                 _registered_method=True)
+        self.UpdateSubscriptionGroup = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/UpdateSubscriptionGroup',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteSubscriptionGroup = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/DeleteSubscriptionGroup',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.GetSubscriptionGroup = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/GetSubscriptionGroup',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -491,6 +506,26 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateSubscriptionGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscriptionGroup(self, request, context):
+        """the request's topic is unused
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSubscriptionGroup(self, request, context):
+        """the request's topic is unused
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -548,6 +583,21 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.AddConsumerGroups,
                     request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.ConsumerGroups.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'UpdateSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSubscriptionGroup,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'DeleteSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscriptionGroup,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'GetSubscriptionGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubscriptionGroup,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -847,6 +897,87 @@ class BrokerAdmin:
             '/quorumq.cluster.BrokerAdmin/AddConsumerGroups',
             quorumq_dot_cluster_dot_cluster__pb2.ConsumerGroups.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/UpdateSubscriptionGroup',
+            quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/DeleteSubscriptionGroup',
+            quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubscriptionGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/GetSubscriptionGroup',
+            quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.FromString,
             options,
             channel_credentials,
             insecure,

@@ -279,6 +279,24 @@ def message_property(data: bytes, position: int, name: str) -> str:
     return "" if value is None else str(value, "utf-8")
 
 
+def records_properties(view: memoryview | bytes, count: int) -> list[dict[str, str]]:
+    """The decoded properties of `count` back-to-back records, read by their size fields alone,
+    before any check (ValueError when they do not parse)."""
+    found: list[dict[str, str]] = []
+    position = 0
+    for _ in range(count):
+        if len(view) - position < HEADER.size:
+            raise ValueError(f"the records end {len(view) - position} bytes into record {len(found)}")
+        header = HEADER.unpack_from(view, position)
+        start = position + HEADER.size + header[TOPIC_LENGTH_FIELD] + header[BORN_HOST_LENGTH_FIELD]
+        end = start + header[PROPERTIES_LENGTH_FIELD]
+        if not HEADER.size <= header[0] <= len(view) - position or end > position + header[0]:
+            raise ValueError(f"record {len(found)} does not fit its size")
+        found.append(decode_properties(view[start:end]))  # bad UTF-8 raises UnicodeDecodeError, a ValueError
+        position += header[0]
+    return found
+
+
 def last_record_position(view: memoryview | bytes) -> int | None:
     """Where the last of back-to-back records starts, by their size fields alone (no checks);
     None when the sizes do not add up to the view's length."""

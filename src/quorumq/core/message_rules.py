@@ -44,9 +44,9 @@ def check_body(body: bytes, max_body_bytes: int) -> None:
 
 
 def stored_properties(message_id: str, user: Mapping[str, str], tag: str | None, keys: Sequence[str],
-                      gzip: bool = False) -> dict[str, str]:
+                      gzip: bool = False, message_group: str | None = None) -> dict[str, str]:
     """The properties stored with a message, in the order the broker stores them, after checking
-    every rule on the message id, user properties, tag and keys."""
+    every rule on the message id, user properties, tag, keys and message group (a FIFO message)."""
     if not message_id or len(message_id) > limits.KEY_LENGTH_MAX:
         raise QuorumqError(Error.ILLEGAL_MESSAGE_ID, "message id is missing or too long")
     stored = {properties.MESSAGE_ID: message_id}
@@ -58,7 +58,22 @@ def stored_properties(message_id: str, user: Mapping[str, str], tag: str | None,
         stored[properties.KEYS] = _checked_keys(keys)
     if gzip:
         stored[properties.BODY_ENCODING] = "GZIP"
+    if message_group is not None:
+        stored[properties.MESSAGE_GROUP] = check_message_group(message_group)
     return stored
+
+
+def check_message_group(group: str) -> str:
+    """A FIFO message's group: not blank, no control characters (Java's isISOControl, as RocketMQ's
+    proxy checks), at most MESSAGE_GROUP_LENGTH_MAX characters."""
+    if not group.strip():
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_GROUP, "message group is blank")
+    if len(group) > limits.MESSAGE_GROUP_LENGTH_MAX:
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_GROUP, f"message group of {len(group)} characters exceeds "
+                                                        f"{limits.MESSAGE_GROUP_LENGTH_MAX}")
+    if any(char < " " or "\x7f" <= char <= "\x9f" for char in group):
+        raise QuorumqError(Error.ILLEGAL_MESSAGE_GROUP, f"message group {quoted(group)} contains a control character")
+    return group
 
 
 def _check_text(value: str, limit: int, error: Error, what: str) -> None:

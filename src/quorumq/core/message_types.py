@@ -3,6 +3,7 @@ messages a topic takes, a message's type from its properties, and the attribute 
 `updateTopic -a` (pure; no I/O).
 """
 
+import hashlib
 from collections.abc import Mapping
 from enum import Enum
 
@@ -58,6 +59,13 @@ def check_message_type(topic: str, topic_type: TopicMessageType, props: Mapping[
         raise QuorumqError(Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                            f"topic {topic} takes {topic_type.value} messages, not {actual.value}"
                            + (" (a FIFO message needs a message group)" if topic_type is _FIFO else ""))
+
+
+def fifo_queue(group: str, write_queue_nums: int) -> int:
+    """A FIFO message's queue among its topic's write queues on a broker, chosen by the broker
+    whatever queue the client asked for (as RocketMQ's proxy does), so that one message group is
+    one queue: a stable hash of the group (the official Python client's, SHA-256 read big-endian)."""
+    return int.from_bytes(hashlib.sha256(group.encode()).digest(), "big") % write_queue_nums
 
 
 def parse_message_type(text: str) -> TopicMessageType:

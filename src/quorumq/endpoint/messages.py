@@ -13,6 +13,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from quorumq import limits
 from quorumq.core import properties
 from quorumq.core.message_rules import check_body, quoted, stored_properties
+from quorumq.core.message_types import TopicMessageType, message_type
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.v5 import resource, topic_name
 from quorumq.store import MessageIn
@@ -25,27 +26,32 @@ _GZIP = v5.Encoding.GZIP
 _IDENTITY = v5.Encoding.IDENTITY
 _MD5 = v5.DigestType.MD5
 _UNSUPPORTED_TYPES = {
-    v5.MessageType.FIFO: "FIFO", v5.MessageType.DELAY: "DELAY", v5.MessageType.TRANSACTION: "TRANSACTION",
-    v5.MessageType.LITE: "LITE", v5.MessageType.PRIORITY: "PRIORITY",
+    v5.MessageType.DELAY: "DELAY", v5.MessageType.TRANSACTION: "TRANSACTION", v5.MessageType.LITE: "LITE",
+    v5.MessageType.PRIORITY: "PRIORITY",
 }
+# A delivered message's type, from its stored properties (core/message_types.py).
+_V5_TYPES = {TopicMessageType.NORMAL: _NORMAL, TopicMessageType.FIFO: v5.MessageType.FIFO,
+             TopicMessageType.DELAY: v5.MessageType.DELAY, TopicMessageType.TRANSACTION: v5.MessageType.TRANSACTION}
 
 
 def incoming(message: v5.Message, max_body_bytes: int, explicit_queue: bool) -> MessageIn:
     """An incoming message as the store takes it, after every check on it (each field read once:
-    this runs for every message sent)."""
+    this runs for every message sent). Its type is its properties' (a message group makes it
+    FIFO), as RocketMQ decides it: the type the client names is not read, except to refuse the
+    types not built yet."""
     system = message.system_properties
     kind = system.message_type
     if kind != _NORMAL and kind in _UNSUPPORTED_TYPES:
         raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
-                           f"{_UNSUPPORTED_TYPES[kind]} messages are not supported yet; send NORMAL messages")
-    if system.HasField("delivery_timestamp") or system.HasField("message_group"):
-        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
-                           "delay and FIFO (message group) messages are not supported yet")
+                           f"{_UNSUPPORTED_TYPES[kind]} messages are not supported yet; send NORMAL or FIFO messages")
+    if system.HasField("delivery_timestamp"):
+        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED, "delay messages are not supported yet")
     body = message.body
     check_body(body, max_body_bytes)
     stored = stored_properties(system.message_id, message.user_properties,
                                system.tag if system.HasField("tag") else None, system.keys,
-                               system.body_encoding == _GZIP)
+                               system.body_encoding == _GZIP,
+                               system.message_group if system.HasField("message_group") else None)
     born = system.born_timestamp
     return MessageIn(topic=topic_name(message.topic), queue_id=system.queue_id if explicit_queue else -1,
                      body=body, properties=stored, born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
@@ -63,7 +69,7 @@ def outgoing(stored, delivery_attempt: int = 1) -> v5.Message:
         message_id=props.get(properties.MESSAGE_ID, ""),
         body_digest=v5.Digest(type=_MD5, checksum=hashlib.md5(stored.body).hexdigest().upper()),
         body_encoding=_GZIP if props.get(properties.BODY_ENCODING) == "GZIP" else _IDENTITY,
-        message_type=_NORMAL,
+        message_type=_V5_TYPES[message_type(props)],
         born_timestamp=_timestamp(stored.born_timestamp_ms),
         born_host=stored.born_host,
         store_timestamp=_timestamp(stored.store_timestamp_ms),
@@ -76,7 +82,12 @@ def outgoing(stored, delivery_attempt: int = 1) -> v5.Message:
         system.tag = props[properties.TAGS]
     if properties.KEYS in props:
         system.keys.extend(props[properties.KEYS].split(" "))
-    user = {key: value for key, value in props.items() if key not in properties.RESERVED}
+    if properties.MESSAGE_GROUP in props:
+        system.message_group = props[properties.MESSAGE_GROUP]
+    if properties.DLQ_ORIGIN_TOPIC in props and properties.DLQ_ORIGIN_MESSAGE_ID in props:  # a dead letter's copy
+        system.dead_letter_queue.topic = props[properties.DLQ_ORIGIN_TOPIC]
+        system.dead_letter_queue.message_id = props[properties.DLQ_ORIGIN_MESSAGE_ID]
+    user = {key: value for key, value in props.items() if key not in properties.HIDDEN}
     return v5.Message(topic=resource(stored.topic), user_properties=user, system_properties=system,
                       body=stored.body)
 

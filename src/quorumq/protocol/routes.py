@@ -14,8 +14,8 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import MASTER_ID, PERM_READ
 
-# A topic's queues in a registration: read and write queue counts, permission.
-Queues = tuple[int, int, int]
+# A topic's queues in a registration: read and write queue counts, permission, message type (cluster.proto).
+Queues = tuple[int, int, int, int]
 
 
 def client_route(route: pb.TopicRoute | None) -> pb.TopicRoute | None:
@@ -114,13 +114,14 @@ class RouteRegistry:
         queues = []
         for entry in serving.values():
             if (found := entry.topics.get(topic)) is not None:
-                read, write, perm = found
+                read, write, perm, message_type = found
                 queues.append(pb.QueueData(broker_name=entry.registration.broker_name, read_queue_nums=read,
                                            write_queue_nums=write,
-                                           perm=perm if entry.key[2] == MASTER_ID else perm & PERM_READ))
-        if not queues:
+                                           perm=perm if entry.key[2] == MASTER_ID else perm & PERM_READ,
+                                           message_type=message_type or pb.NORMAL))
+        if not queues:  # auto-created topics are NORMAL
             queues = [pb.QueueData(broker_name=reg.broker_name, read_queue_nums=reg.default_queue_nums,
-                                   write_queue_nums=reg.default_queue_nums, perm=reg.perm)
+                                   write_queue_nums=reg.default_queue_nums, perm=reg.perm, message_type=pb.NORMAL)
                       for entry in serving.values() for reg in [entry.registration]
                       if reg.broker_id == MASTER_ID and reg.auto_create_topic]
         if not queues:
@@ -187,7 +188,7 @@ def _topics(registration: pb.BrokerRegistration, base: BrokerEntry | None) -> tu
     index: dict[str, Queues] = {}
     shared: dict[Queues, Queues] = {}  # one tuple per distinct shape: most topics share theirs
     for config in registration.topics:
-        shape = (config.read_queue_nums, config.write_queue_nums, config.perm)
+        shape = (config.read_queue_nums, config.write_queue_nums, config.perm, config.message_type)
         index[config.name] = shared.setdefault(shape, shape)
     count = len(held) + sum(topic not in held for topic in index)
     if count > limits.REGISTRATION_TOPICS_MAX:

@@ -11,6 +11,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.message_rules import check_name
+from quorumq.core.message_types import ACCEPTED, TopicMessageType
 from quorumq.errors import Error, QuorumqError
 from quorumq.listen import RequestBound
 from quorumq.protocol.constants import MASTER_ID, PERM_READ, PERM_WRITE
@@ -82,6 +83,12 @@ def _permission(readable: bool, writable: bool) -> int:
     return v5.Permission.NONE
 
 
+# The v5 message types a queue of each topic type announces (RocketMQ's RouteActivity).
+ACCEPT_MESSAGE_TYPES = {
+    pb.TopicMessageType.Value(kind.value): [v5.MessageType.Value(accepted.value) for accepted in ACCEPTED[kind]]
+    for kind in TopicMessageType if kind is not TopicMessageType.UNSPECIFIED}
+
+
 def message_queues(route: pb.TopicRoute, topic: v5.Resource) -> list[v5.MessageQueue]:
     """One v5 queue per queue id of each broker name on its id-0 address, as RocketMQ's proxy
     builds them; the route is the client's view (registry.client_route), where a slave acting for
@@ -95,11 +102,13 @@ def message_queues(route: pb.TopicRoute, topic: v5.Resource) -> list[v5.MessageQ
         if group is None:
             continue
         brokers = [v5.Broker(name=data.broker_name, id=MASTER_ID, endpoints=where) for where in group_endpoints(group)]
+        # Unset: a broker before message types, whose topics are NORMAL.
+        accepted = ACCEPT_MESSAGE_TYPES.get(data.message_type, ACCEPT_MESSAGE_TYPES[pb.NORMAL])
         for queue_id in range(max(data.read_queue_nums, data.write_queue_nums)):
             readable = queue_id < data.read_queue_nums and data.perm & PERM_READ
             writable = queue_id < data.write_queue_nums and data.perm & PERM_WRITE
             queues += [v5.MessageQueue(topic=topic, id=queue_id, permission=_permission(readable, writable),
-                                       broker=broker, accept_message_types=[v5.MessageType.NORMAL])
+                                       broker=broker, accept_message_types=accepted)
                        for broker in brokers]
     return queues
 

@@ -1,4 +1,4 @@
-"""Topic configurations (queue counts and permission) kept in `<root>/config/topics.log`.
+"""Topic configurations (queue counts, permission, message type) kept in `<root>/config/topics.log`.
 
 Every change is on disk before it is answered, appended to the log (store/keyed_log.py): a new
 topic costs one small write however many topics there are.
@@ -6,8 +6,10 @@ topic costs one small write however many topics there are.
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from quorumq import limits
+from quorumq.core.message_types import TopicMessageType
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import PERM_READ_WRITE
 from quorumq.store.keyed_log import KeyedLog
@@ -22,6 +24,7 @@ class TopicConfig:
     read_queue_nums: int
     write_queue_nums: int
     perm: int = PERM_READ_WRITE
+    message_type: TopicMessageType = TopicMessageType.NORMAL  # its message.type attribute
 
     def __post_init__(self) -> None:
         if not 0 < len(self.name.encode()) <= limits.NAME_LENGTH_MAX:
@@ -36,13 +39,18 @@ class TopicConfig:
 
 
 def _topic_config(fields: dict) -> TopicConfig:
-    return TopicConfig(**fields)
+    """A config from the log; one written before message types is NORMAL."""
+    return TopicConfig(**{**fields, "message_type": TopicMessageType(fields.get("message_type", "NORMAL"))})
+
+
+def _topic_fields(config: TopicConfig) -> dict[str, Any]:
+    return {**asdict(config), "message_type": config.message_type.value}
 
 
 class TopicConfigs:
     def __init__(self, root: Path) -> None:
         directory = Path(root) / "config"
-        self._log = KeyedLog(directory / FILE_NAME, "topic configs", asdict, _topic_config,
+        self._log = KeyedLog(directory / FILE_NAME, "topic configs", _topic_fields, _topic_config,
                              legacy=directory / LEGACY_FILE_NAME)
 
     @property
