@@ -136,7 +136,7 @@ KEYS: dict[str, Key] = {
     # first two; the others are quorumq's.
     "grpcClientIdleTimeMills": Key(int, limits.CONNECTION_IDLE_MS_DEFAULT, BNC),
     "grpcMaxConcurrentCallsPerConnection": Key(int, limits.CALLS_PER_CONNECTION_DEFAULT, BNC),
-    "grpcMaxConnections": Key(int, limits.CONNECTIONS_PER_BROKER_MAX, BNC),
+    "grpcMaxConnections": Key(int, 0, BNC),  # 0: limits.connections_max of the soft RLIMIT_NOFILE
     "grpcMaxConnectionsPerAddress": Key(int, limits.CONNECTIONS_PER_ADDRESS_DEFAULT, BNC),
     "grpcPendingAnswerBytesPerConnection": Key(int, limits.PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT, BNC),
     "grpcPendingAnswerBytesTotal": Key(int, limits.PENDING_ANSWER_BYTES_TOTAL_DEFAULT, BNC),
@@ -249,7 +249,10 @@ class Config:
             raise
 
     def _check(self) -> None:
-        for name in ("grpcClientIdleTimeMills", "grpcMaxConcurrentCallsPerConnection", "grpcMaxConnections",
+        if self._values["grpcMaxConnections"] < 0:
+            raise QuorumqError(Error.CONFIG_INVALID, "grpcMaxConnections must not be negative (0: a quarter of "
+                                                     "the soft RLIMIT_NOFILE)")
+        for name in ("grpcClientIdleTimeMills", "grpcMaxConcurrentCallsPerConnection",
                      "grpcMaxConnectionsPerAddress", "grpcPendingAnswerBytesPerConnection",
                      "grpcPendingAnswerBytesTotal", "grpcUnreadAnswerTimeoutMills"):
             if self._values[name] < 1:

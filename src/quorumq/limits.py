@@ -171,9 +171,9 @@ RETENTION_SEGMENTS_PER_RUN_MAX = 10  # commit-log segments one clean-up run dele
 # Consume-queue files a store keeps open at once (store/consume_queue.py, OpenQueueFiles); opening one
 # more closes the least recently used, opened again on its next use. RocketMQ maps every file and has
 # no key for this. Kept open, 10,000 auto-created topics held 10,024 files and at the process's limit
-# every send failed: a quarter of the soft RLIMIT_NOFILE leaves the rest to sockets, commit-log
-# segments and the JSON stores. (The checkpoint thread briefly opens one more, to sync a file closed since
-# its writes.)
+# every send failed: a quarter of the soft RLIMIT_NOFILE leaves the rest to sockets (a quarter too,
+# connections_max), commit-log segments and the JSON stores. (The checkpoint thread briefly opens
+# one more, to sync a file closed since its writes.)
 QUEUE_FILES_OPEN_SHARE = 4  # the bound is the soft RLIMIT_NOFILE divided by this
 QUEUE_FILES_OPEN_MIN = 16  # under a tiny limit still: a read or write uses one file at a time
 QUEUE_FILES_OPEN_UNLIMITED = 65_536  # the bound when the soft limit is RLIM_INFINITY (negative)
@@ -197,13 +197,21 @@ def check_segment_size(segment_bytes: int, max_message_size: int) -> None:
 
 
 # Peers: the gRPC port of each server (connection_limits.py; a config key names each default).
-# Connections gRPC accepts at once (grpcMaxConnections): 20,000 idle ones made new ones time out, and
-# each holds a file descriptor (a quarter of the soft RLIMIT_NOFILE goes to consume-queue files).
-CONNECTIONS_PER_BROKER_MAX = 1024
+
+
+def connections_max(soft_open_files: int) -> int:
+    """The connections gRPC accepts at once unless grpcMaxConnections says otherwise: 20,000 idle
+    ones made new ones time out, and each holds a file descriptor. As many as consume-queue files
+    may be open, a quarter of the soft RLIMIT_NOFILE: sockets and queue files together take at most
+    half the descriptors, and the rest stays for commit-log segments, the JSON stores and the
+    server's own connections (a fixed 1,024 connections took every descriptor under `ulimit -n 1024`)."""
+    return queue_files_open_max(soft_open_files)
+
+
 # Connections with calls of one client address (grpcMaxConnectionsPerAddress): generous, as every
 # local process shares 127.0.0.1 and a closed connection counts until the idle timeout forgets it;
-# half the total, so that one address cannot take every connection.
-CONNECTIONS_PER_ADDRESS_DEFAULT = CONNECTIONS_PER_BROKER_MAX // 2
+# half the total under `ulimit -n 4096`, so that one address cannot take every connection there.
+CONNECTIONS_PER_ADDRESS_DEFAULT = 512
 # A connection without calls for this long is closed (RocketMQ proxy's grpcClientIdleTimeMills, 120 s);
 # an open stream (Telemetry) keeps it. A client reconnects when it next calls.
 CONNECTION_IDLE_MS_DEFAULT = 120_000

@@ -3,6 +3,7 @@ server, broker and controller."""
 
 import inspect
 import logging
+import resource
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -170,8 +171,10 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
     `config` sets the limits on its connections (connection_limits.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
+    soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
     connections = channel_options(config["grpcClientIdleTimeMills"], config["grpcMaxConcurrentCallsPerConnection"],
-                                  config["grpcMaxConnections"])
+                                  connections_max)
     peers = Peers(config["grpcMaxConnectionsPerAddress"], config["grpcClientIdleTimeMills"],
                   config["grpcPendingAnswerBytesPerConnection"], config["grpcPendingAnswerBytesTotal"],
                   config["grpcUnreadAnswerTimeoutMills"])

@@ -1,7 +1,10 @@
 """A broker under a low open-files limit keeps serving as its topics outnumber the limit (issue 19):
-it keeps at most a quarter of the limit of consume-queue files open, least recently used closed first."""
+it keeps at most a quarter of the limit of consume-queue files open, least recently used closed first,
+and accepts at most a quarter of the limit of connections, so sockets cannot take the descriptors
+its store needs."""
 
 import os
+import socket
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
@@ -44,21 +47,20 @@ def pulled_bodies(reader: pb_grpc.MessageReaderStub, topic: str) -> list[bytes]:
     return bodies
 
 
+def send(channel: grpc.Channel, topic: str, body: bytes) -> str:
+    response = v5_grpc.MessagingServiceStub(channel).SendMessage(
+        v5s.SendMessageRequest(messages=[v5_message(topic, body)]), timeout=10)
+    return "OK" if response.status.code == v5.Code.OK else response.status.message
+
+
 def test_more_topics_than_the_open_files_limit_allows(start_cluster):
     cluster = start_cluster(open_files=OPEN_FILES, sets={"defaultTopicQueueNums": "1"})
     broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
     topics = [f"open-files-{number}" for number in range(TOPICS)]
     with grpc.insecure_channel(broker["address"]) as channel:
-        messaging = v5_grpc.MessagingServiceStub(channel)
-
-        def send(topic: str, body: bytes) -> str:
-            response = messaging.SendMessage(v5s.SendMessageRequest(messages=[v5_message(topic, body)]),
-                                             timeout=10)
-            return "OK" if response.status.code == v5.Code.OK else response.status.message
-
-        failures = {topic: outcome for topic in topics if (outcome := send(topic, topic.encode())) != "OK"}
+        failures = {topic: outcome for topic in topics if (outcome := send(channel, topic, topic.encode())) != "OK"}
         assert not failures, f"{len(failures)} of {TOPICS} sends failed, e.g. {next(iter(failures.items()))}"
-        assert send(topics[0], b"again") == "OK"  # a queue whose file was closed since
+        assert send(channel, topics[0], b"again") == "OK"  # a queue whose file was closed since
 
         # The cache's bound, plus the one descriptor the checkpoint may hold to sync a file closed since its writes.
         assert open_queue_files(broker["pid"]) <= limits.queue_files_open_max(OPEN_FILES) + 1
@@ -66,3 +68,24 @@ def test_more_topics_than_the_open_files_limit_allows(start_cluster):
         assert pulled_bodies(reader, topics[0]) == [topics[0].encode(), b"again"]
         assert {topic: pulled_bodies(reader, topic) for topic in topics[1:]} == \
             {topic: [topic.encode()] for topic in topics[1:]}
+
+
+def test_connections_cannot_take_the_descriptors_the_store_needs(start_cluster):
+    """As many connections as the broker may open descriptors at all, left silent (each is closed
+    after the 10 s handshake timeout): past its share gRPC closes them at once, and the store still
+    opens the files of new topics meanwhile."""
+    cluster = start_cluster(open_files=OPEN_FILES, sets={"defaultTopicQueueNums": "1"})
+    broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
+    host, port = broker["address"].rsplit(":", 1)
+    topics = [f"crowded-{number}" for number in range(TOPICS // 3)]
+    with grpc.insecure_channel(broker["address"]) as channel:
+        assert send(channel, "crowded", b"connected first") == "OK"
+        silent = []
+        try:
+            silent.extend(socket.create_connection((host, int(port)), timeout=5) for _ in range(OPEN_FILES))
+            failures = {topic: outcome for topic in topics
+                        if (outcome := send(channel, topic, topic.encode())) != "OK"}
+        finally:
+            for sock in silent:
+                sock.close()
+    assert not failures, f"{len(failures)} of {len(topics)} sends failed, e.g. {next(iter(failures.items()))}"
