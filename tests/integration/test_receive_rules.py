@@ -98,7 +98,8 @@ def test_the_largest_accepted_message_reaches_a_client_with_the_default_receive_
         assert received[big]["properties"] == user and received[big]["keys"] == keys
 
 
-def test_a_message_too_large_for_the_client_does_not_block_those_behind_it(shared_cluster, tmp_path):
+def test_a_message_too_large_for_the_client_is_a_dead_letter_and_does_not_block_those_behind_it(shared_cluster,
+                                                                                                 tmp_path):
     topic, size = new_topic(), 4 * limits.MiB + 100
     default = str(limits.MESSAGE_BODY_BYTES_DEFAULT)
     with broker_config(shared_cluster, "maxMessageSize", str(5 * limits.MiB), default) as admin, \
@@ -109,10 +110,19 @@ def test_a_message_too_large_for_the_client_does_not_block_those_behind_it(share
         assert {message["message_id"] for message in node_receive(node, 3)} == small
         [address] = [process["address"] for process in shared_cluster["processes"] if process["kind"] == "broker"]
         assert admin.broker_status(address)["msgSkippedTooLargeTotal"] == "1", "skipped for the group, counted once"
-        # A client that lifts gRPC's limit (the Python one) receives it.
-        consumer = simple_consumer(configuration(shared_cluster), "GPython", topic)
+        config = configuration(shared_cluster)
+        # A client that lifts gRPC's limit (the Python one) receives it, in another group...
+        consumer = simple_consumer(config, "GPython", topic)
         try:
             received = {m.message_id: m for m in receive_all(consumer, 4)}
             assert set(received) == {big, *small} and len(received[big].body) == size
         finally:
             consumer.shutdown()
+        # ... and from the Node.js client's group's DLQ topic.
+        dead_letters = simple_consumer(config, "GDeadLetters", "%DLQ%GNode")
+        try:
+            [letter] = receive_all(dead_letters, 1)
+            assert letter.message_id == big and len(letter.body) == size
+            assert letter.properties == {"DLQ_ORIGIN_TOPIC": topic, "DLQ_ORIGIN_MESSAGE_ID": big, "RECONSUME_TIME": "1"}
+        finally:
+            dead_letters.shutdown()

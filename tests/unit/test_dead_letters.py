@@ -27,8 +27,10 @@ def test_dead_letter_topic_names():
     assert is_dead_letter_topic("%DLQ%G1") and not is_dead_letter_topic("G1")
 
 
-def test_producers_may_not_forge_the_origin_the_v5_field_is_made_of():
-    assert {properties.DLQ_ORIGIN_TOPIC, properties.DLQ_ORIGIN_MESSAGE_ID} <= properties.RESERVED
+def test_producers_may_not_set_the_dead_letter_names_and_consumers_read_the_origin():
+    names = {"RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "RECONSUME_TIME"}
+    assert names <= properties.RESERVED
+    assert properties.SHOWN == {"DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "RECONSUME_TIME"}
 
 
 def test_copy_of_the_largest_accepted_properties_still_fits_a_record():

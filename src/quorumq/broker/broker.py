@@ -2,6 +2,8 @@
 
 * the send path (broker/send_path.py): admission, the append, the flush and replica waits;
 * topics and consumer groups' positions (broker/topics.py);
+* consumer groups' leases, FIFO queues' replicated lease log and dead letters (broker/consumers.py,
+  broker/lease_log.py, broker/dead_letters.py);
 * metadata replication (broker/metadata.py): what slaves copy besides the log;
 * pulls (broker/pulls.py);
 * the role, here: a master streams its commit log to its slaves (replication/master.py) and, as a
@@ -25,6 +27,8 @@ from pathlib import Path
 
 from quorumq import metrics
 from quorumq.broker.consumers import ConsumerGroups
+from quorumq.broker.dead_letters import DeadLetters
+from quorumq.broker.lease_log import LeaseLog
 from quorumq.broker.metadata import MetadataSync, topic_config_pb
 from quorumq.broker.metrics import BrokerCounters
 from quorumq.broker.pulls import Arrivals, Pulls
@@ -34,10 +38,12 @@ from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config
 from quorumq.core.epochs import EpochCache, find_consistent_point
+from quorumq.core.message_types import TopicMessageType
 from quorumq.core.quorum import BrokerRole
 from quorumq.core.retention import parse_delete_when, retention_action
 from quorumq.core.role import Elected, Event, Follow, Phase, Role, RoleRefused, transition
 from quorumq.core.sync_state import SyncStateSet
+from quorumq.errors import QuorumqError
 from quorumq.replication import ReplicationMaster, ReplicationSlave
 from quorumq.store import MessageStore, TopicConfig
 from quorumq.store.epoch_file import EpochFile
@@ -82,6 +88,7 @@ class Broker:
         self.metadata_sync = MetadataSync(self)
         self.sends = SendPath(self)
         self.pulls = Pulls(self)
+        self.dead_letters = DeadLetters(self)
         # What the endpoints, the admin service and the loops call.
         self.put, self.put_encoded = self.sends.put, self.sends.put_encoded
         self.accepts_sends, self.in_sync_replicas = self.sends.accepts_sends, self.sends.in_sync_replicas
@@ -99,8 +106,10 @@ class Broker:
         if report.truncated_bytes:
             self._repair_until = report.end_offset + report.truncated_bytes
         self.topics.load()
-        self.consumers = ConsumerGroups(self.store, Path(self.config["storePathRootDir"]), self.clock, self.config,
-                                        self.readable_end)
+        root = Path(self.config["storePathRootDir"])
+        lease_log = LeaseLog(self.store, root, self.clock, self.address, self.sends.check_role, self._lease_appended)
+        self.consumers = ConsumerGroups(self.store, root, self.clock, self.config, self.readable_end, lease_log,
+                                        self._fifo_topic)
         self.flusher = Flusher(self.store, sync_flush=self.config["flushDiskType"] == "SYNC_FLUSH",
                                interval_ms=self.config["flushIntervalCommitLog"])
         if self.controller_mode:
@@ -191,6 +200,7 @@ class Broker:
                 assert appended, (epoch, self.epochs.entries)
                 self.epoch_file.save(self.epochs)
             self.master_address = self.address
+            self.consumers.lease_log.catch_up()  # the FIFO lease records it holds and has not applied
             self.sync_state = SyncStateSet(frozenset(sync_state_set), sync_state_set_epoch)
             self.metadata_sync.new_term()
             self.sends.recall_recent_sends()  # the log it holds, not what an older role remembered
@@ -297,7 +307,7 @@ class Broker:
             acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", async_learner=self.config["asyncLearner"],
             sync_from_last_file=self.config["syncFromLastFile"], epochs=self.epochs,
             epoch_file=self.epoch_file if self.controller_mode else None, known_epoch=self.master_epoch,
-            **self._ha_intervals())
+            on_appended=self._lease_records_copied, **self._ha_intervals())
 
     def _ha_intervals(self) -> dict[str, float]:
         return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,
@@ -314,6 +324,21 @@ class Broker:
         elif self.slave.master_address != (host, int(port)):
             log.warning("the master moved to %s (replication from %s)", master_address, master_ha_address)
             self.slave.master_address = (host, int(port))
+
+    def _lease_records_copied(self) -> None:
+        """A slave applies the FIFO lease records of what it just copied (broker/lease_log.py)."""
+        try:
+            self.consumers.lease_log.catch_up()
+        except QuorumqError as exc:  # a damaged record: replication goes on, the next copy retries
+            log.error("applying FIFO lease records failed: %s", exc)
+
+    def _lease_appended(self) -> None:
+        if self.replication is not None:
+            self.replication.notify_appended()
+
+    def _fifo_topic(self, topic: str) -> bool:
+        config = self.topics.configs.get(topic)
+        return config is not None and config.message_type is TopicMessageType.FIFO
 
     def _on_slave_lost(self, slave_id: int) -> None:
         if self.controller_mode:

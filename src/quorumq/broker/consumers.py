@@ -2,10 +2,17 @@
 leases and receipt handles.
 
 The committed offset of a (group, topic, queue) is the single source of progress: pull consumers
-set it directly, SimpleConsumer groups move it to their lowest unacked offset. Leases live in memory
-only, so after a restart everything unacked is delivered again (at least once). A group's first
+set it directly, SimpleConsumer groups move it to their lowest unacked offset. A group's first
 receive from a queue fixes where it starts there (core/group_start.py); that start is its offset
 from then on, persisted with the others.
+
+A FIFO group (consumeMessageOrderly) receives a FIFO topic's queues one batch at a time
+(core/fifo.py); their state is replicated through the commit log (broker/lease_log.py), and its
+position on such a queue is its batch's start. Any other group's leases live in memory only, so
+after a restart or a failover everything unacked is delivered again (at least once) and attempt
+counts start afresh. A message that had its group's max_attempts deliveries is a dead letter when
+its lease expires: the receive that finds it copies it to the group's DLQ topic
+(broker/dead_letters.py) instead of delivering it.
 """
 
 import os
@@ -15,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quorumq import limits
+from quorumq.broker.lease_log import LeaseLog
 from quorumq.clock import Clock
 from quorumq.config import Config
-from quorumq.core import properties
+from quorumq.core import fifo, properties
+from quorumq.core.fifo import FifoLease, FifoQueue, QueueKey, Step
 from quorumq.core.group_start import starts_at_zero
-from quorumq.core.leases import QueueLeases
+from quorumq.core.leases import Lease, QueueLeases, spent
 from quorumq.core.subscription import SubscriptionGroup, group_data, group_from_data
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, GetResult, GetStatus, KeyedLog, Store, StoredMessage, tag_hash
 
-QueueKey = tuple[str, str, int]  # group, topic, queue id
 GROUPS_FILE_NAME = "consumerGroups.log"  # group -> first contact (ms)
 LEGACY_GROUPS_FILE_NAME = "consumerGroups.json"  # the whole-file form of earlier versions, taken into the log
 SUBSCRIPTIONS_FILE_NAME = "subscriptionGroups.log"  # group -> its subscription config, as RocketMQ's JSON
@@ -37,6 +45,27 @@ class Delivery:
     receipt_handle: str
     attempt: int
     invisible_ms: int
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """A message to copy to its group's DLQ topic; then its lease (`receipt_handle`) is dropped."""
+    message: StoredMessage
+    receipt_handle: str
+    attempts: int  # the deliveries it had
+
+
+@dataclass(slots=True)
+class Popped:
+    """What a receive took: messages to deliver, dead letters to write first, and for a FIFO
+    group the commit-log end of the lease records that hand the deliveries out: the answer waits
+    until the copies hold them, as a send's does."""
+    deliveries: list[Delivery]
+    dead_letters: list[DeadLetter]
+    record_end: int | None = None
+
+
+STALE_HANDLE = "receipt handle expired: the message was delivered again or already acked"
 
 
 def read_messages(store: Store, topic: str, queue_id: int, offset: int, max_count: int,
@@ -73,8 +102,15 @@ def first_contact(value: object) -> int:
 
 class ConsumerGroups:
     def __init__(self, store: Store, root: Path, clock: Clock, config: Config,
-                 readable_end: Callable[[], int | None]) -> None:
+                 readable_end: Callable[[], int | None], lease_log: LeaseLog | None = None,
+                 fifo_topic: Callable[[str], bool] = lambda topic: False) -> None:
+        """`lease_log`: the broker's; without one (tests), a log that appends as a master's would.
+        `fifo_topic`: whether a topic is a FIFO topic."""
         self.store = store
+        self.lease_log = lease_log or LeaseLog(store, root, clock, store_host="", check_role=lambda: None,
+                                               appended=lambda: None)
+        self.lease_log.load()
+        self._fifo_topic = fifo_topic
         self._readable_end = readable_end  # where consumers' reads end now (Broker.readable_end)
         self.clock = clock
         self.config = config
@@ -182,81 +218,229 @@ class ConsumerGroups:
             return 0
         return self.store.offset_for_timestamp(topic, queue_id, self.groups[group])
 
-    def _queue(self, group: str, topic: str, queue_id: int) -> QueueLeases:
-        key = (group, topic, queue_id)
+    def fifo(self, group: str, topic: str) -> bool:
+        """Whether the group receives the topic in order: a FIFO group on a FIFO topic."""
+        return self.group(group).consume_message_orderly and self._fifo_topic(topic)
+
+    def _queue(self, key: QueueKey) -> QueueLeases:
         leases = self._leases.get(key)
         if leases is None:
-            leases = self._leases[key] = QueueLeases(self.start_offset(group, topic, queue_id))
+            # A queue its group received in order until now goes on from its batch's start.
+            fifo_queue = self.lease_log.forget(key)
+            start = fifo_queue.committed if fifo_queue is not None else self.start_offset(*key)
+            leases = self._leases[key] = QueueLeases(start)
         return leases
 
+    def _fifo_queue(self, key: QueueKey) -> FifoQueue:
+        queue = self.lease_log.queues.get(key)
+        if queue is None:
+            # A queue its group received unordered until now starts in order at its lowest
+            # unacked offset; those leases end (their messages come again, in order).
+            leases = self._leases.pop(key, None)
+            start = leases.committed if leases is not None else self.start_offset(*key)
+            queue = FifoQueue(start, start)
+        return queue
+
+    def _token(self) -> int:
+        return self._tokens.getrandbits(63)
+
+    def _dead_letter_hold_ms(self) -> int:
+        """How long a dead letter is held while its copy is written: past the longest a send
+        waits (slaveTimeout, syncFlushTimeout), so that no other receive writes it again."""
+        return 2 * max(self.config["slaveTimeout"], self.config["syncFlushTimeout"])
+
     def pop(self, group: str, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
-            batch: int, invisible_ms: int) -> list[Delivery]:
-        """Lease up to `batch` messages: expired leases first, then new messages, queue by queue."""
+            batch: int, invisible_ms: int) -> Popped:
+        """Lease up to `batch` messages, queue by queue: expired leases first (those that had the
+        group's max_attempts deliveries become dead letters), then new messages. A FIFO group's
+        queues go by core/fifo.py, each change a lease record appended here."""
         now = self.clock.monotonic_ms()  # leases live in memory only: a wall-clock jump must not expire them
-        deliveries: list[Delivery] = []
+        max_attempts = self.group(group).max_attempts
+        in_order = self.fifo(group, topic)
+        popped = Popped([], [])
         for queue_id in queue_ids:
-            if len(deliveries) >= batch:
-                break
-            leases = self._queue(group, topic, queue_id)
-            for offset in leases.expired(now, batch - len(deliveries)):
-                message = self._read_one(topic, queue_id, offset)
-                if message is None:
-                    leases.forget(offset)
-                    continue
-                token = self._tokens.getrandbits(63)
-                lease = leases.redeliver(offset, token, now, invisible_ms)
-                deliveries.append(Delivery(message, encode_handle(queue_id, offset, token), lease.attempt,
-                                           invisible_ms))
-            room = min(batch - len(deliveries), limits.INFLIGHT_PER_QUEUE_MAX - len(leases.leases))
+            room = batch - len(popped.deliveries)
             if room <= 0:
+                break
+            if in_order:
+                self._pop_in_order((group, topic, queue_id), tags, room, invisible_ms, max_attempts, now, popped)
+            else:
+                self._pop_queue((group, topic, queue_id), tags, room, invisible_ms, max_attempts, now, popped)
+        return popped
+
+    def _pop_queue(self, key: QueueKey, tags: frozenset[str] | None, room: int, invisible_ms: int,
+                   max_attempts: int, now: int, popped: Popped) -> None:
+        _, topic, queue_id = key
+        leases = self._queue(key)
+        delivered = len(popped.deliveries)
+        for offset in leases.expired(now, room):
+            message = self._read_one(topic, queue_id, offset)
+            if message is None:
+                leases.forget(offset)
                 continue
-            readable_end = self._readable_end()
+            token = self._token()
+            handle = encode_handle(queue_id, offset, token)
+            if spent(leases.leases[offset].attempt, max_attempts):
+                lease = leases.hold(offset, token, now, self._dead_letter_hold_ms())
+                popped.dead_letters.append(DeadLetter(message, handle, lease.attempt))
+            else:
+                lease = leases.redeliver(offset, token, now, invisible_ms)
+                popped.deliveries.append(Delivery(message, handle, lease.attempt, invisible_ms))
+        room = min(room - (len(popped.deliveries) - delivered), limits.INFLIGHT_PER_QUEUE_MAX - len(leases.leases))
+        if room <= 0:
+            return
+        readable_end = self._readable_end()
+        result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags, readable_end)
+        if result.status is GetStatus.OFFSET_TOO_SMALL:
+            leases.skip_to(result.min_offset)
             result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags, readable_end)
+        for message in result.messages:
+            token = self._token()
+            leases.deliver(message.queue_offset, token, now, invisible_ms)
+            popped.deliveries.append(Delivery(message, encode_handle(queue_id, message.queue_offset, token), 1,
+                                              invisible_ms))
+        leases.skip_to(result.next_offset)
+
+    def _pop_in_order(self, key: QueueKey, tags: frozenset[str] | None, room: int, invisible_ms: int,
+                      max_attempts: int, now: int, popped: Popped) -> None:
+        """One step of a FIFO queue (core/fifo.py): a new batch, the expired batch again, or its
+        spent messages held for the dead-letter writer; the new state is appended as a record in
+        the same event-loop step."""
+        _, topic, queue_id = key
+        queue = before = self._fifo_queue(key)
+        step, leases = fifo.next_step(queue, now, max_attempts)
+        if step is Step.BLOCKED:
+            return
+        tokens: dict[int, int] = {}
+        if step is Step.NEXT_BATCH:
+            readable_end = self._readable_end()
+            result = read_messages(self.store, topic, queue_id, queue.end, room, tags, readable_end)
             if result.status is GetStatus.OFFSET_TOO_SMALL:
-                leases.skip_to(result.min_offset)
-                result = read_messages(self.store, topic, queue_id, leases.next_offset, room, tags, readable_end)
+                queue = fifo.skip_to(queue, result.min_offset)
+                result = read_messages(self.store, topic, queue_id, queue.end, room, tags, readable_end)
             for message in result.messages:
-                token = self._tokens.getrandbits(63)
-                leases.deliver(message.queue_offset, token, now, invisible_ms)
-                deliveries.append(Delivery(message, encode_handle(queue_id, message.queue_offset, token), 1,
-                                           invisible_ms))
-            leases.skip_to(result.next_offset)
-        return deliveries
+                token = tokens[message.queue_offset] = self._token()
+                popped.deliveries.append(Delivery(message, encode_handle(queue_id, message.queue_offset, token), 1,
+                                                  invisible_ms))
+            queue = fifo.next_batch(queue, tokens, max(result.next_offset, queue.end), now, invisible_ms)
+        else:
+            gone = []
+            for lease in leases:
+                if step is Step.REDELIVER and len(tokens) >= room:
+                    break  # the rest waits behind what goes now
+                message = self._read_one(topic, queue_id, lease.offset)
+                if message is None:
+                    gone.append(lease.offset)
+                    continue
+                token = tokens[lease.offset] = self._token()
+                handle = encode_handle(queue_id, lease.offset, token)
+                if step is Step.REDELIVER:
+                    popped.deliveries.append(Delivery(message, handle, lease.attempt + 1, invisible_ms))
+                else:
+                    popped.dead_letters.append(DeadLetter(message, handle, lease.attempt))
+            if step is Step.REDELIVER:
+                queue = fifo.redeliver(queue, tokens, gone, now, invisible_ms)
+            else:
+                for offset in gone:
+                    queue = fifo.forget(queue, offset)
+                if tokens:
+                    queue = fifo.hold_dead_letters(queue, tokens, now, self._dead_letter_hold_ms())
+        if queue != before:
+            end = self.lease_log.change(key, queue, now)
+            if tokens and step is not Step.DEAD_LETTER:
+                popped.record_end = end
 
     def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX, None,
                                          self._readable_end())
         return result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
 
-    def ack(self, group: str, topic: str, handle: str) -> None:
+    def ack(self, group: str, topic: str, handle: str) -> bool:
+        """Drop the lease `handle` holds (an ack, or its dead letter written). True when that ended
+        a FIFO queue's batch: the queue hands out again."""
         queue_id, offset, token = decode_handle(handle)
-        leases = self._leases.get((group, topic, queue_id))
+        key = (group, topic, queue_id)
+        queue = self.lease_log.queues.get(key)
+        if queue is not None:
+            acked = fifo.ack(queue, offset, token)
+            if acked is None:
+                raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+            self.lease_log.change(key, acked, self.clock.monotonic_ms())  # not waited for: see lease_log
+            return not acked.leases
+        leases = self._leases.get(key)
         if leases is None or not leases.ack(offset, token):
-            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE,
-                               "receipt handle expired: the message was delivered again or already acked")
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+        return False
 
-    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[str, int | None]:
+        """The lease `handle` holds, visible again after `invisible_ms`: its new handle, and for a
+        FIFO queue the commit-log end of the lease record to wait for before answering."""
         queue_id, offset, token = decode_handle(handle)
-        leases = self._leases.get((group, topic, queue_id))
-        new_token = self._tokens.getrandbits(63)
-        lease = None if leases is None else leases.change_invisible(
-            offset, token, new_token, self.clock.monotonic_ms(), invisible_ms)
-        if lease is None:
-            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE,
-                               "receipt handle expired: the message was delivered again or already acked")
-        return encode_handle(queue_id, offset, new_token)
+        key = (group, topic, queue_id)
+        new_token = self._token()
+        now = self.clock.monotonic_ms()
+        queue = self.lease_log.queues.get(key)
+        if queue is not None:
+            changed = fifo.change_invisible(queue, offset, token, new_token, now, invisible_ms)
+            if changed is None:
+                raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+            return encode_handle(queue_id, offset, new_token), self.lease_log.change(key, changed, now)
+        leases = self._leases.get(key)
+        if leases is None or leases.change_invisible(offset, token, new_token, now, invisible_ms) is None:
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+        return encode_handle(queue_id, offset, new_token), None
+
+    def dead_letter(self, group: str, topic: str, handle: str) -> DeadLetter:
+        """The message a valid `handle` holds, as a dead letter (ForwardMessageToDeadLetterQueue);
+        the lease stands until its copy is written."""
+        queue_id, offset, token = decode_handle(handle)
+        key = (group, topic, queue_id)
+        queue = self.lease_log.queues.get(key)
+        leases = self._leases.get(key)
+        lease: FifoLease | Lease | None = None
+        if queue is not None:
+            lease = queue.lease(offset)
+        elif leases is not None:
+            lease = leases.leases.get(offset)
+        message = None if lease is None or lease.token != token else self._read_one(topic, queue_id, offset)
+        if lease is None or message is None:
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+        return DeadLetter(message, handle, lease.attempt)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Set a group's position (pull consumers, resets); its leases on that queue are dropped."""
-        self._leases.pop((group, topic, queue_id), None)
+        """Set a group's position (pull consumers, resets); its leases on that queue are dropped.
+        A FIFO queue's reset is a lease record, so every replica resets it in the log's order."""
+        key = (group, topic, queue_id)
+        self._leases.pop(key, None)
+        if key in self.lease_log.queues:
+            self.lease_log.change(key, FifoQueue(offset, offset), self.clock.monotonic_ms())
         self.offsets.set(group, topic, queue_id, offset)
 
+    def adopt_position(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A slave takes its master's position of a queue, except where the lease log holds the
+        queue's state while its group receives it in order: there the log is the authority."""
+        key = (group, topic, queue_id)
+        if key in self.lease_log.queues and self.fifo(group, topic):
+            return
+        self.lease_log.forget(key)
+        if self.committed(group, topic, queue_id) != offset:
+            self._leases.pop(key, None)
+            self.offsets.set(group, topic, queue_id, offset)
+
     def inflight(self, group: str, topic: str, queue_id: int) -> int:
-        leases = self._leases.get((group, topic, queue_id))
+        key = (group, topic, queue_id)
+        queue = self.lease_log.queues.get(key)
+        if queue is not None:
+            return len(queue.leases)
+        leases = self._leases.get(key)
         return 0 if leases is None else len(leases.leases)
 
     def committed(self, group: str, topic: str, queue_id: int) -> int | None:
-        leases = self._leases.get((group, topic, queue_id))
+        key = (group, topic, queue_id)
+        queue = self.lease_log.queues.get(key)
+        if queue is not None:
+            return queue.committed
+        leases = self._leases.get(key)
         return leases.committed if leases is not None else self.offsets.get(group, topic, queue_id)
 
     def positions(self) -> list[tuple[str, str, int, int]]:
@@ -265,16 +449,20 @@ class ConsumerGroups:
         return self.offsets.items()
 
     def persist(self) -> None:
-        """Write every group's position."""
+        """Write every group's position, and the FIFO queues' states."""
         self._settle()
         self.offsets.persist()
+        self.lease_log.persist()
 
     def _settle(self) -> None:
-        """SimpleConsumer groups are at their lowest unacked offset."""
+        """SimpleConsumer groups are at their lowest unacked offset, FIFO groups at their batch's start."""
         for (group, topic, queue_id), leases in self._leases.items():
             self.offsets.set(group, topic, queue_id, leases.committed)
+        for (group, topic, queue_id), queue in self.lease_log.queues.items():
+            self.offsets.set(group, topic, queue_id, queue.committed)
 
     def delete_topic(self, topic: str) -> None:
         for key in [key for key in self._leases if key[1] == topic]:
             del self._leases[key]
+        self.lease_log.delete_topic(topic)
         self.offsets.delete_topic(topic)

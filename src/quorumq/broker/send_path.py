@@ -112,18 +112,21 @@ class SendPath:
 
     # The two send paths.
 
-    async def put(self, messages: list[MessageIn | QuorumqError], answer_by: float | None = None) -> list[PutResult]:
+    async def put(self, messages: list[MessageIn | QuorumqError], answer_by: float | None = None,
+                  resends: bool = True) -> list[PutResult]:
         """Append what passed the checks with one write; wait for the flush and the copies the config
         asks for, but not past `answer_by` (the clock's monotonic time: the client's deadline). A
         message whose id this master stored recently is a client's retry: it is not stored again,
-        and it gets the first copy's outcome once that copy has its quorum."""
+        and it gets the first copy's outcome once that copy has its quorum. Without `resends` (a
+        dead letter's copy, which keeps its message's id) every message is stored, and its id is
+        not remembered as a send's."""
         results = [PutResult(None, error=item) if isinstance(item, QuorumqError) else None for item in messages]
         fresh: list[tuple[int, MessageIn]] = []
         retried: list[tuple[int, StoredCopy]] = []
         for index, message in enumerate(messages):
             if isinstance(message, QuorumqError):
                 continue
-            copy = self.recent_sends.get(message.properties.get(MESSAGE_ID, ""))
+            copy = self.recent_sends.get(message.properties.get(MESSAGE_ID, "")) if resends else None
             if copy is not None:
                 retried.append((index, copy))
             else:
@@ -136,9 +139,13 @@ class SendPath:
                 accepted = [(index, message) for index, message in fresh if results[index] is None]
                 if accepted:
                     batch = [message for _, message in accepted]
+
+                    def store_append() -> AppendResult:
+                        appended = self._broker.store.append(batch)
+                        return self._remember(batch, appended) if resends else appended
+
                     status, appended, epoch = await self._append(
-                        plan, len(batch), Counter(message.topic for message in batch),
-                        lambda: self._remember(batch, self._broker.store.append(batch)), answer_by)
+                        plan, len(batch), Counter(message.topic for message in batch), store_append, answer_by)
                     for (index, message), (_, queue_offset) in zip(accepted, appended.offsets):
                         results[index] = PutResult(status, message.queue_id, queue_offset, master_epoch=epoch)
             if retried:
@@ -229,6 +236,26 @@ class SendPath:
         if status is not PutStatus.PUT_OK:
             raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"topic {topic} deleted here, but its deletion "
                                                                 f"record is not held as a send needs: {status.value}")
+
+    def admit_record(self) -> int:
+        """Admission of a FIFO lease record that hands messages out (broker/lease_log.py): the
+        role, and the copies its wait needs (`await_record`), or the refusal, before anything is
+        decided."""
+        self.check_role()
+        plan = self.plan_put()
+        if plan.rejected:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"FIFO messages are not handed out: "
+                                                            f"{PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.value}")
+        return plan.need_ack
+
+    async def await_record(self, end_offset: int, need_ack: int, answer_by: float | None) -> None:
+        """Wait, as for a send, until the flush and `need_ack` copies hold the log below `end_offset`;
+        raises when they do not in time."""
+        status = await self._await_copies(end_offset, need_ack, (), answer_by)
+        if status is not PutStatus.PUT_OK:
+            raise QuorumqError(Error.SLAVE_PERSISTENCE_TIMEOUT, f"the FIFO lease record is not held as a send "
+                                                                f"needs: {status.value}; the messages are leased "
+                                                                "until their invisible time passes")
 
     async def _confirm(self, copies: list[StoredCopy], topics: Iterable[str], answer_by: float | None) -> PutStatus:
         """A client's resend of what this master stored (to `topics`): the first copies' outcome,

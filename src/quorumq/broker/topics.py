@@ -8,6 +8,8 @@ from pathlib import Path
 
 from quorumq import limits
 from quorumq.core import codec, properties
+from quorumq.core.dead_letters import DLQ_QUEUES, is_dead_letter_topic
+from quorumq.core.fifo import LEASE_TOPIC
 from quorumq.core.message_rules import check_message_group
 from quorumq.core.message_types import TopicMessageType, check_message_type, fifo_queue
 from quorumq.core.quorum import BrokerRole
@@ -43,10 +45,12 @@ class Topics:
         config = self.configs.get(topic)
         if config is not None:
             return config
-        if not (create and self.config["autoCreateTopicEnable"]):
+        # A group's DLQ topic is made on demand, whatever autoCreateTopicEnable says, as RocketMQ does.
+        dead_letters = is_dead_letter_topic(topic)
+        if not (create and (self.config["autoCreateTopicEnable"] or dead_letters)):
             raise QuorumqError(Error.TOPIC_NOT_FOUND, f"topic {topic} does not exist on {self.config['brokerName']} "
                                                       "and autoCreateTopicEnable is false")
-        queues = self.config["defaultTopicQueueNums"]
+        queues = DLQ_QUEUES if dead_letters else self.config["defaultTopicQueueNums"]
         config = self.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
         self._unconfirmed[topic] = self._broker.metadata_sync.version
         return config
@@ -63,6 +67,7 @@ class Topics:
         self._unconfirmed = {topic: made for topic, made in self._unconfirmed.items() if made > version}
 
     def update_topic(self, config: TopicConfig) -> TopicConfig:
+        _check_not_lease_topic(config.name)
         old = self.configs.get(config.name)
         queues = self._queues + queue_count(config) - (queue_count(old) if old is not None else 0)
         if queues > limits.QUEUES_PER_BROKER_MAX:
@@ -195,8 +200,11 @@ class Topics:
         """The config of a topic a send goes to, which takes the type of each message (their
         properties): created when the config allows it (NORMAL, and only for messages it takes),
         and writable here."""
+        _check_not_lease_topic(topic)
         config = self.configs.get(topic)
-        if config is not None or self.config["autoCreateTopicEnable"]:
+        # A DLQ topic takes any message, as RocketMQ's proxy checks no type there: a FIFO
+        # message's dead letter keeps its message group.
+        if (config is not None or self.config["autoCreateTopicEnable"]) and not is_dead_letter_topic(topic):
             kind = config.message_type if config is not None else TopicMessageType.NORMAL
             for message in messages:
                 check_message_type(topic, kind, message)
@@ -241,6 +249,12 @@ def _type_properties(records: bytes, count: int) -> Sequence[Mapping[str, str]]:
         if properties.MESSAGE_GROUP in message:
             check_message_group(message[properties.MESSAGE_GROUP])
     return messages
+
+
+def _check_not_lease_topic(topic: str) -> None:
+    if topic == LEASE_TOPIC:
+        raise QuorumqError(Error.ILLEGAL_TOPIC, f"{LEASE_TOPIC} holds the brokers' FIFO lease records: it takes no "
+                                                "sends and is not a topic to make")
 
 
 def queue_count(config: TopicConfig) -> int:

@@ -70,7 +70,7 @@ def _decode_records(records: bytes, broker_name: str, store_host: str) -> list[R
             message_id=properties.get(message_properties.MESSAGE_ID, ""), body=stored.body,
             tag=properties.get(message_properties.TAGS, ""),
             keys=tuple(properties[message_properties.KEYS].split(" ")) if message_properties.KEYS in properties else (),
-            properties={key: value for key, value in properties.items() if key not in message_properties.RESERVED},
+            properties={key: value for key, value in properties.items() if key not in message_properties.HIDDEN},
             born_timestamp_ms=stored.born_timestamp_ms, store_timestamp_ms=stored.store_timestamp_ms,
             born_host=stored.born_host, store_host=stored.store_host, broker_name=broker_name))
         position += size

@@ -17,5 +17,9 @@ DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 RECONSUME_TIME = "RECONSUME_TIME"
 # Names with a meaning to RocketMQ: a producer may not set them as user properties.
 RESERVED = frozenset({TAGS, KEYS, MESSAGE_ID, BODY_ENCODING, MESSAGE_GROUP, TRANSACTION, *DELAY, "WAIT",
-                      "MSG_REGION", "__STARTDELIVERTIME", "REAL_TOPIC", "REAL_QID", RETRY_TOPIC,
-                      DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID})
+                      "MSG_REGION", "__STARTDELIVERTIME", "REAL_TOPIC", "REAL_QID", RETRY_TOPIC, ORIGIN_MESSAGE_ID,
+                      DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, RECONSUME_TIME})
+# Reserved names a consumer still reads among the user properties: a dead letter's origin and its
+# deliveries, which not every official client shows from the v5 fields (Python's shows none).
+SHOWN = frozenset({DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, RECONSUME_TIME})
+HIDDEN = RESERVED - SHOWN

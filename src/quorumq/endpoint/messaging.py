@@ -15,7 +15,7 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq import limits
 from quorumq.broker.broker import Broker
-from quorumq.broker.consumers import Delivery
+from quorumq.broker.consumers import DeadLetter, Delivery
 from quorumq.broker.send_path import PutResult
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
@@ -249,7 +249,7 @@ class MessagingService(UnservedMessagingService):
         except QuorumqError as error:
             return error
 
-    # SimpleConsumer: receive, ack, change invisible duration.
+    # SimpleConsumer: receive, ack, change invisible duration, dead letters.
 
     async def ReceiveMessage(self, request, context):
         try:
@@ -283,30 +283,46 @@ class MessagingService(UnservedMessagingService):
                               context)
         deadline = self.broker.clock.monotonic() + budget
         limit = _answer_limit(context)
-        self.broker.consumers.touch(group)
+        consumers = self.broker.consumers
+        consumers.touch(group)
+        in_order = consumers.fifo(group, topic)
         while True:
             queue_ids = self._queue_ids_or_none(topic)
             if queue_ids:
                 self._receive_turn += 1
                 turn = self._receive_turn % len(queue_ids)
-                deliveries = self.broker.consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags,
-                                                       batch, int(invisible_s * 1000))
-                if deliveries:
-                    answers = self._answers(group, topic, deliveries, limit)
-                    if answers:
-                        return answers
-                    continue  # each was skipped, and acked: read what lies behind them at once
+                # A FIFO group's receive is a lease record, admitted and waited for as a send.
+                need_ack = self.broker.sends.admit_record() if in_order else 0
+                popped = consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
+                                       int(invisible_s * 1000))
+                answers, too_large = self._answers(group, topic, popped.deliveries, limit)
+                # Dead letters are written before the answer: a FIFO queue hands nothing out
+                # ahead of one that is not yet in its DLQ topic.
+                letters = popped.dead_letters + too_large
+                if letters:
+                    await self.broker.dead_letters.write(group, topic, letters, answer_by(context, self.broker.clock))
+                if popped.record_end is not None:
+                    await self.broker.sends.await_record(popped.record_end, need_ack,
+                                                         answer_by(context, self.broker.clock))
+                if answers:
+                    skipped = {letter.receipt_handle for letter in too_large}
+                    self.broker.count_read(topic, group, [delivery.message for delivery in popped.deliveries
+                                                          if delivery.receipt_handle not in skipped])
+                    return answers
+                if letters:
+                    continue  # read what lies behind them at once
             left = deadline - self.broker.clock.monotonic()
             if left <= 0:
                 return []
             await self.broker.arrivals.wait(topic, min(left, LEASE_RECHECK_S))
 
-    def _answers(self, group: str, topic: str, deliveries: list[Delivery], limit: int | None) -> list[v5.Message]:
+    def _answers(self, group: str, topic: str, deliveries: list[Delivery],
+                 limit: int | None) -> tuple[list[v5.Message], list[DeadLetter]]:
         """The v5 messages of `deliveries`, except any whose answer is above `limit`: the client
-        could never receive it, and it would fail every receive it joined. Such a message is acked
-        for the group (skipped, as if consumed), logged once and counted in msgSkippedTooLargeTotal;
-        PullMessage can still read it at its offset."""
-        answers, delivered = [], []
+        could never receive it, and it would fail every receive it joined. Such a message is a
+        dead letter (logged once, counted in msgSkippedTooLargeTotal): a client without the limit
+        reads it from the DLQ topic, and PullMessage can still read it at its offset."""
+        answers, too_large = [], []
         for delivery in deliveries:
             message = messages.outgoing(delivery.message, delivery.attempt)
             message.system_properties.receipt_handle = delivery.receipt_handle
@@ -314,16 +330,14 @@ class MessagingService(UnservedMessagingService):
             size = None if limit is None else messages.answer_bytes(message)
             if size is None or size <= limit:
                 answers.append(message)
-                delivered.append(delivery.message)
                 continue
-            self.broker.consumers.ack(group, topic, delivery.receipt_handle)
+            too_large.append(DeadLetter(delivery.message, delivery.receipt_handle, delivery.attempt))
             self.broker.stats["msgSkippedTooLargeTotal"] += 1
             stored = delivery.message
-            log.warning("group %s skips message %s (%s queue %d offset %d): its receive answer of %d bytes is "
-                        "above the %d bytes its client takes", group, message.system_properties.message_id, topic,
-                        stored.queue_id, stored.queue_offset, size, limit)
-        self.broker.count_read(topic, group, delivered)
-        return answers
+            log.warning("group %s dead-letters message %s (%s queue %d offset %d): its receive answer of %d bytes "
+                        "is above the %d bytes its client takes", group, message.system_properties.message_id,
+                        topic, stored.queue_id, stored.queue_offset, size, limit)
+        return answers, too_large
 
     def _queue_ids_or_none(self, topic: str) -> list[int]:
         """A topic that auto-create will make on first send reads as empty, not as missing."""
@@ -342,7 +356,8 @@ class MessagingService(UnservedMessagingService):
         first_failure = None
         for entry in request.entries:
             try:
-                self.broker.consumers.ack(group, topic, entry.receipt_handle)
+                if self.broker.consumers.ack(group, topic, entry.receipt_handle):
+                    self.broker.arrivals.notify(topic)  # a FIFO queue's batch is done: it hands out again
                 entry_status = OK
             except QuorumqError as exc:
                 entry_status = error_status(exc)
@@ -359,8 +374,24 @@ class MessagingService(UnservedMessagingService):
         if not 0 <= seconds <= limits.INVISIBLE_SECONDS_MAX:
             raise QuorumqError(Error.ILLEGAL_INVISIBLE_TIME,
                                f"invisible duration must lie in 0..{limits.INVISIBLE_SECONDS_MAX:g} s")
-        handle = self.broker.consumers.change_invisible(group, topic, request.receipt_handle, int(seconds * 1000))
+        consumers = self.broker.consumers
+        # A FIFO queue's change is a lease record, admitted and waited for as a send.
+        need_ack = self.broker.sends.admit_record() if consumers.fifo(group, topic) else 0
+        handle, record_end = consumers.change_invisible(group, topic, request.receipt_handle, int(seconds * 1000))
+        if record_end is not None:
+            await self.broker.sends.await_record(record_end, need_ack, answer_by(context, self.broker.clock))
         return v5s.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+    @answers(v5s.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        """A consumer gives up on a message it holds (the official FIFO PushConsumer does after its
+        last local attempt): it is copied to the group's DLQ topic at once, then dropped. The
+        request's attempt counts are not used, as RocketMQ's proxy does not use them."""
+        group = group_name(request.group)
+        topic = topic_name(request.topic)
+        letter = self.broker.consumers.dead_letter(group, topic, request.receipt_handle)
+        await self.broker.dead_letters.write(group, topic, [letter], answer_by(context, self.broker.clock))
+        return v5s.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # Offset-addressed reads.
 

@@ -31,6 +31,7 @@ the session: a deposed master gets no acks.
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from quorumq import limits
@@ -59,6 +60,7 @@ class ReplicationSlave:
                  cluster_name: str, broker_name: str, acks_flushed: bool = False, async_learner: bool = False,
                  sync_from_last_file: bool = False,
                  epochs: EpochCache | None = None, epoch_file: EpochFile | None = None, known_epoch: int = 0,
+                 on_appended: Callable[[], None] | None = None,
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
                  backoff_min_s: float = limits.HA_RECONNECT_BACKOFF_S_MIN,
@@ -81,6 +83,7 @@ class ReplicationSlave:
         self._epochs = epochs
         self._epoch_file = epoch_file
         self.known_epoch = known_epoch  # the master epoch the controller announced (0 without one)
+        self._on_appended = on_appended  # called after the records of each read are appended
         self._heartbeat_s = heartbeat_interval_s
         self._housekeeping_s = housekeeping_interval_s
         self._backoff_min_s = backoff_min_s
@@ -179,6 +182,8 @@ class ReplicationSlave:
                     if task.done():
                         task.result()  # raises what ended a helper loop
                 if appended:
+                    if self._on_appended is not None:
+                        self._on_appended()
                     if self.acks_flushed:
                         flush_wanted.set()
                     else:

@@ -1,0 +1,55 @@
+"""Writing dead letters: a message whose group's last allowed delivery failed, one its consumer
+forwards (ForwardMessageToDeadLetterQueue) and one no answer can carry to its client is copied to
+the group's DLQ topic `%DLQ%<group>` (core/dead_letters.py: one queue, created on demand), through
+the send path and waited for as a send is; only then is its lease dropped, so it is delivered
+again if the copy fails. The copy is a new message record: slaves copy it, a consumer reads it
+like any topic's messages.
+"""
+
+import logging
+
+from quorumq.broker.consumers import DeadLetter
+from quorumq.core import properties
+from quorumq.core.dead_letters import DLQ_QUEUES, dead_letter_properties, dead_letter_topic
+from quorumq.core.put_status import PutStatus
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import MessageIn
+
+log = logging.getLogger("quorumq.broker")
+
+
+class DeadLetters:
+    def __init__(self, broker) -> None:  # the Broker (broker/broker.py) this is a part of
+        self._broker = broker
+
+    async def write(self, group: str, topic: str, letters: list[DeadLetter], answer_by: float | None) -> None:
+        """Copy `letters` (messages of `topic` leased to `group`) to the group's DLQ topic, then drop
+        their leases; raises the first failure, leaving the leases of the copies that failed to
+        expire and be dead-lettered again."""
+        broker = self._broker
+        dlq = dead_letter_topic(group)
+        copies = [MessageIn(topic=dlq, queue_id=DLQ_QUEUES - 1, body=letter.message.body,
+                            properties=dead_letter_properties(letter.message.properties, topic, letter.attempts),
+                            flag=letter.message.flag, born_timestamp_ms=letter.message.born_timestamp_ms,
+                            born_host=letter.message.born_host, reconsume_times=letter.attempts)
+                  for letter in letters]
+        results = await broker.sends.put(copies, answer_by, resends=False)
+        failure = None
+        for letter, result in zip(letters, results):
+            stored = letter.message
+            if result.error is not None or result.status is not PutStatus.PUT_OK:
+                failure = failure or result.error or QuorumqError(
+                    Error.SLAVE_PERSISTENCE_TIMEOUT, f"the dead letter's copy in {dlq} is not held as a send "
+                                                     f"needs: {result.status.value}")
+                continue
+            log.info("group %s: message %s (%s queue %d offset %d) dead-lettered to %s after %d deliveries", group,
+                     stored.properties.get(properties.MESSAGE_ID, ""), topic, stored.queue_id, stored.queue_offset, dlq,
+                     letter.attempts)
+            try:
+                if broker.consumers.ack(group, topic, letter.receipt_handle):
+                    broker.arrivals.notify(topic)  # a FIFO queue's batch is done: it hands out again
+            except QuorumqError as exc:  # its lease moved on meanwhile (expired, handed out again)
+                log.warning("group %s: the lease of dead letter %s/%d/%d ended before its copy was stored: %s",
+                            group, topic, stored.queue_id, stored.queue_offset, exc)
+        if failure is not None:
+            raise failure

@@ -1,0 +1,133 @@
+"""The FIFO lease state of a broker, replicated through its commit log (core/fifo.py decides it).
+
+Every change of a FIFO (group, topic, queue)'s state is a record in the system topic
+`rmq_sys_FIFO_LEASE` (one queue, no config: not in routes or topic lists, refused to sends),
+whose body is the queue's complete new state. A master appends the record and adopts the state
+in the same event-loop step as its decision (`change`), so no other request sees the one without
+the other; every broker applies the topic in queue order (`catch_up`): a slave after each copy it
+appends, a broker as it opens (from `fifoLeases.json`, written with the consumer offsets) and as
+it becomes master. Applying a record replaces its queue's state; leases expire at the applier's
+now plus what they had left, later than on the master that granted them (the safe side).
+
+A cut of the log (a slave's truncation, a torn tail at recovery) does not roll the state back:
+an extra lease only delays its message until it expires, an extra ack was a consumer's ack whose
+answer may have been lost.
+"""
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from quorumq import limits
+from quorumq.clock import Clock
+from quorumq.core import fifo
+from quorumq.core.fifo import FifoQueue, QueueKey
+from quorumq.errors import Error, QuorumqError, write_error
+from quorumq.store import GetStatus, MessageIn, Store, write_atomically
+
+log = logging.getLogger("quorumq.broker")
+
+LEASE_TOPIC = fifo.LEASE_TOPIC
+FILE_NAME = "fifoLeases.json"
+APPLY_BATCH = 256  # records read from the lease topic at a time
+
+
+class LeaseLog:
+    def __init__(self, store: Store, root: Path, clock: Clock, store_host: str, check_role: Callable[[], None],
+                 appended: Callable[[], None]) -> None:
+        self._store = store
+        self._clock = clock
+        self._store_host = store_host
+        self._check_role = check_role  # raises unless this broker may append (a master)
+        self._appended = appended  # wakes the replication of what was appended
+        self.path = Path(root) / "config" / FILE_NAME
+        self.queues: dict[QueueKey, FifoQueue] = {}
+        self.cursor = 0  # the lease topic's next queue offset to apply
+        self._changed = False
+
+    def change(self, key: QueueKey, queue: FifoQueue, now_ms: int) -> int:
+        """Append the record of `key`'s new state `queue` (decided at `now_ms`, the monotonic clock),
+        then adopt it; returns the commit-log end of the record, what copies must hold for the
+        change to survive a failover. Raises, changing nothing, on a broker that is not a master."""
+        self._check_role()
+        self.catch_up()
+        body = fifo.encode_record(key, queue, now_ms)
+        appended = self._store.append([MessageIn(topic=LEASE_TOPIC, queue_id=0, body=body, properties={},
+                                                 born_timestamp_ms=self._clock.now_ms(),
+                                                 born_host=self._store_host)])
+        [(_, queue_offset)] = appended.offsets
+        assert queue_offset == self.cursor, (queue_offset, self.cursor)
+        self.cursor = queue_offset + 1
+        self.queues[key] = queue
+        self._changed = True
+        self._appended()
+        return appended.end_offset
+
+    def catch_up(self) -> None:
+        """Apply the lease topic's records from the cursor to the end of the log."""
+        end = self._store.queue_max_offset(LEASE_TOPIC, 0)
+        if self.cursor > end:  # the log was cut below it: the state stays (see the module's doc)
+            self.cursor = end
+        while self.cursor < end:
+            result = self._store.get_messages(LEASE_TOPIC, 0, self.cursor, APPLY_BATCH, limits.PULL_BYTES_MAX)
+            if result.status is GetStatus.OFFSET_TOO_SMALL:  # retention took the oldest records
+                self.cursor = result.min_offset
+                continue
+            if result.next_offset <= self.cursor:
+                break
+            now_ms = self._clock.monotonic_ms()
+            for message in result.messages:
+                try:
+                    key, queue = fifo.decode_record(message.body, now_ms)
+                except ValueError as exc:
+                    log.error("FIFO lease record at %d skipped: %s", message.queue_offset, exc)
+                    continue
+                self.queues[key] = queue
+            self.cursor = result.next_offset
+            self._changed = True
+
+    def forget(self, key: QueueKey) -> FifoQueue | None:
+        """Drop a queue's state here only, as its group no longer receives it in order; its last
+        state, if it had one."""
+        queue = self.queues.pop(key, None)
+        self._changed |= queue is not None
+        return queue
+
+    def delete_topic(self, topic: str) -> None:
+        """Drop a deleted topic's states; written at once, so that a restart does not apply its
+        records again onto a topic made anew."""
+        self.queues = {key: queue for key, queue in self.queues.items() if key[1] != topic}
+        self._changed = True
+        self.persist()
+
+    def persist(self) -> None:
+        """Write every queue's state with the lease-topic offset it covers, if anything changed."""
+        if not self._changed:
+            return
+        now_ms = self._clock.monotonic_ms()
+        data = {"cursor": self.cursor,
+                "queues": [fifo.record_fields(key, queue, now_ms) for key, queue in self.queues.items()]}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.path, json.dumps(data, separators=(",", ":")).encode())
+        except OSError as exc:  # kept as changed: the next persist tries again
+            raise write_error(exc, "FIFO leases not written") from exc
+        self._changed = False
+
+    def load(self) -> None:
+        """The states as last written, then the lease topic from the offset they cover: a lease
+        found expires the time it had left after the restart (the safe side)."""
+        try:
+            data = json.loads(self.path.read_bytes())
+            now_ms = self._clock.monotonic_ms()
+            queues = dict(fifo.from_fields(fields, now_ms) for fields in data["queues"])
+            cursor = data["cursor"]
+            if type(cursor) is not int or cursor < 0:
+                raise ValueError(f"cursor {cursor!r} is not a queue offset")
+        except FileNotFoundError:
+            queues, cursor = {}, 0
+        except (ValueError, KeyError, TypeError) as exc:
+            raise QuorumqError(Error.STORE_CORRUPTED, f"unreadable FIFO leases {self.path}: {exc}") from None
+        self.queues, self.cursor = queues, cursor
+        self.catch_up()

@@ -1,0 +1,196 @@
+"""Consumer groups over a memory store: FIFO queues hand out one batch at a time and append each
+change to the lease log, a second broker applying that log holds the same state, and every group
+dead-letters a message after its group's last allowed delivery."""
+
+from test_consumer_sessions import SteppedClock
+
+from quorumq.broker.consumers import ConsumerGroups
+from quorumq.broker.lease_log import LEASE_TOPIC, LeaseLog
+from quorumq.config import Config, Kind
+from quorumq.core import fifo
+from quorumq.core.subscription import SubscriptionGroup
+from quorumq.errors import Error, QuorumqError
+from quorumq.store import MemoryStore, MessageIn
+
+TOPIC = "T"
+
+
+class Broker:
+    """The parts of a broker the consumer groups use: a store, a lease log and group configs."""
+
+    def __init__(self, root, store=None, clock=None, orderly=True, retry_max_times=2) -> None:
+        self.clock = clock or SteppedClock()
+        self.store = store or MemoryStore(clock=self.clock)
+        self.master = True
+        self.appended = 0
+        self.lease_log = LeaseLog(self.store, root, self.clock, "127.0.0.1:1", self.check_role, self.notify)
+        self.groups = ConsumerGroups(self.store, root, self.clock, Config(Kind.BROKER, {}), lambda: None,
+                                     self.lease_log, fifo_topic=lambda topic: topic == TOPIC)
+        settings = SubscriptionGroup("G", consume_message_orderly=orderly, retry_max_times=retry_max_times)
+        self.groups.group = lambda name: settings
+
+    def check_role(self) -> None:
+        if not self.master:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "a slave")
+
+    def notify(self) -> None:
+        self.appended += 1
+
+    def send(self, count: int, queue_id: int = 0) -> None:
+        self.store.append([MessageIn(topic=TOPIC, queue_id=queue_id, body=b"m%d" % index, properties={},
+                                     born_timestamp_ms=0, born_host="h") for index in range(count)])
+
+    def pop(self, batch: int = 3, invisible_ms: int = 100, queue_ids=(0,)):
+        return self.groups.pop("G", TOPIC, list(queue_ids), None, batch, invisible_ms)
+
+
+def offsets(popped) -> list[int]:
+    return [delivery.message.queue_offset for delivery in popped.deliveries]
+
+
+def test_fifo_queue_hands_out_one_batch_until_it_is_acked(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(5)
+    first = broker.pop()
+    assert offsets(first) == [0, 1, 2] and [d.attempt for d in first.deliveries] == [1, 1, 1]
+    assert first.record_end == broker.store.max_offset, "the answer waits for the record that hands them out"
+    assert broker.pop().deliveries == [], "the queue is blocked while the batch is out"
+    assert broker.groups.committed("G", TOPIC, 0) == 0 and broker.groups.inflight("G", TOPIC, 0) == 3
+    for delivery in first.deliveries[:2]:
+        assert not broker.groups.ack("G", TOPIC, delivery.receipt_handle)
+    assert broker.pop().deliveries == []
+    assert broker.groups.ack("G", TOPIC, first.deliveries[2].receipt_handle), "the batch is done"
+    assert broker.groups.committed("G", TOPIC, 0) == 3
+    assert offsets(broker.pop()) == [3, 4]
+    assert broker.store.queue_max_offset(LEASE_TOPIC, 0) == 5, "a record for each change: 2 batches, 3 acks"
+
+
+def test_expired_batch_comes_back_in_order_then_goes_to_the_dead_letter_writer(tmp_path):
+    broker = Broker(tmp_path, retry_max_times=1)
+    broker.send(3)
+    first = broker.pop()
+    broker.groups.ack("G", TOPIC, first.deliveries[1].receipt_handle)
+    broker.clock.monotonic_now_ms += 100
+    again = broker.pop()
+    assert offsets(again) == [0, 2] and [d.attempt for d in again.deliveries] == [2, 2]
+    handle, end = broker.groups.change_invisible("G", TOPIC, again.deliveries[0].receipt_handle, 0)
+    assert end == broker.store.max_offset, "a change of invisible time is waited for"
+    assert broker.pop().deliveries == [], "2 is still held"
+    broker.clock.monotonic_now_ms += 100
+    dead = broker.pop()
+    assert dead.deliveries == [] and dead.record_end is None
+    assert [(letter.message.queue_offset, letter.attempts) for letter in dead.dead_letters] == [(0, 2), (2, 2)]
+    broker.clock.monotonic_now_ms += 100
+    assert broker.pop().dead_letters == [], "held while their copies are written"
+    for letter in dead.dead_letters:
+        broker.groups.ack("G", TOPIC, letter.receipt_handle)
+    assert broker.groups.committed("G", TOPIC, 0) == 3
+
+
+def test_normal_group_dead_letters_after_its_last_delivery(tmp_path):
+    broker = Broker(tmp_path, orderly=False, retry_max_times=1)
+    broker.send(2)
+    first = broker.pop()
+    assert offsets(first) == [0, 1] and first.record_end is None
+    broker.groups.ack("G", TOPIC, first.deliveries[1].receipt_handle)
+    broker.clock.monotonic_now_ms += 100
+    assert [d.attempt for d in broker.pop().deliveries] == [2]
+    broker.clock.monotonic_now_ms += 100
+    dead = broker.pop()
+    assert dead.deliveries == [] and [(letter.message.queue_offset, letter.attempts)
+                                      for letter in dead.dead_letters] == [(0, 2)]
+    assert broker.groups.dead_letter("G", TOPIC, dead.dead_letters[0].receipt_handle).attempts == 2
+    broker.groups.ack("G", TOPIC, dead.dead_letters[0].receipt_handle)
+    assert broker.groups.committed("G", TOPIC, 0) == 2
+    assert broker.store.queue_max_offset(LEASE_TOPIC, 0) == 0, "a NORMAL group's leases are not logged"
+
+
+def test_stale_handles_are_refused(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(1)
+    [delivery] = broker.pop().deliveries
+    broker.groups.change_invisible("G", TOPIC, delivery.receipt_handle, 1000)
+    for call in (lambda: broker.groups.ack("G", TOPIC, delivery.receipt_handle),
+                 lambda: broker.groups.change_invisible("G", TOPIC, delivery.receipt_handle, 0),
+                 lambda: broker.groups.dead_letter("G", TOPIC, delivery.receipt_handle)):
+        try:
+            call()
+        except QuorumqError as exc:
+            assert exc.error is Error.INVALID_RECEIPT_HANDLE
+        else:
+            raise AssertionError("a stale handle was taken")
+
+
+def test_a_broker_applying_the_lease_log_holds_the_masters_state(tmp_path):
+    master = Broker(tmp_path / "m")
+    master.send(4, queue_id=0)
+    master.send(2, queue_id=1)
+    first = master.pop(batch=4, queue_ids=(0, 1))
+    master.groups.ack("G", TOPIC, first.deliveries[0].receipt_handle)
+    master.groups.change_invisible("G", TOPIC, first.deliveries[1].receipt_handle, 5)
+    slave = Broker(tmp_path / "s", store=master.store, clock=master.clock)  # the same log, copied
+    slave.master = False
+    assert slave.lease_log.queues == master.lease_log.queues
+    master.groups.ack("G", TOPIC, first.deliveries[2].receipt_handle)
+    slave.lease_log.catch_up()
+    assert slave.lease_log.queues == master.lease_log.queues
+    assert slave.groups.committed("G", TOPIC, 0) == 0
+    try:
+        slave.pop()
+    except QuorumqError as exc:
+        assert exc.error is Error.SERVICE_NOT_AVAILABLE, "a slave appends no lease record"
+    assert slave.lease_log.queues == master.lease_log.queues, "a refused decision changes nothing"
+    slave.groups.adopt_position("G", TOPIC, 0, 4)
+    assert slave.groups.committed("G", TOPIC, 0) == 0, "the lease log, not the copied position, is the authority"
+
+
+def test_restart_loads_the_state_then_the_rest_of_the_log_and_leases_last_their_time(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(3)
+    first = broker.pop(invisible_ms=1000)
+    broker.groups.persist()
+    broker.clock.monotonic_now_ms += 600
+    broker.groups.ack("G", TOPIC, first.deliveries[0].receipt_handle)  # after the file was written
+    restarted = Broker(tmp_path, store=broker.store, clock=SteppedClock())
+    queue = restarted.lease_log.queues[("G", TOPIC, 0)]
+    assert [lease.offset for lease in queue.leases] == [1, 2], "the ack after the file came from the log"
+    assert [lease.until_ms for lease in queue.leases] == [400, 400], "the time each had left, from now"
+    assert restarted.pop().deliveries == []
+    restarted.clock.monotonic_now_ms = 400
+    assert offsets(restarted.pop()) == [1, 2]
+
+
+def test_a_cut_of_the_log_keeps_the_state_and_applies_what_follows(tmp_path):
+    master = Broker(tmp_path / "m")
+    master.send(2)
+    first = master.pop()
+    kept = master.store.max_offset
+    master.groups.ack("G", TOPIC, first.deliveries[0].receipt_handle)
+    slave = Broker(tmp_path / "s", store=master.store, clock=master.clock)
+    slave.master = False
+    acked = slave.lease_log.queues[("G", TOPIC, 0)]
+    master.store.truncate(kept)  # the ack's record is cut
+    slave.lease_log.catch_up()
+    assert slave.lease_log.queues[("G", TOPIC, 0)] == acked, "not rolled back"
+    assert slave.lease_log.cursor == master.store.queue_max_offset(LEASE_TOPIC, 0)
+    slave.master = True
+    slave.groups.ack("G", TOPIC, first.deliveries[1].receipt_handle)
+    assert slave.groups.committed("G", TOPIC, 0) == 2
+
+
+def test_a_reset_of_a_fifo_queue_is_a_lease_record(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(3)
+    broker.pop()
+    broker.groups.commit("G", TOPIC, 0, 2)
+    assert broker.lease_log.queues[("G", TOPIC, 0)] == fifo.FifoQueue(2, 2)
+    assert offsets(broker.pop()) == [2]
+
+
+def test_a_group_turned_fifo_goes_on_in_order_from_its_lowest_unacked_offset(tmp_path):
+    broker = Broker(tmp_path, orderly=False)
+    broker.send(4)
+    unordered = broker.pop(batch=2)
+    broker.groups.ack("G", TOPIC, unordered.deliveries[1].receipt_handle)
+    broker.groups.group = lambda name: SubscriptionGroup("G", consume_message_orderly=True)
+    assert offsets(broker.pop()) == [0, 1, 2], "from its lowest unacked offset, its leases ended"
