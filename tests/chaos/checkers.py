@@ -1,5 +1,6 @@
-"""The checkers of the reliability spec (C1 to C8, C10, and C11 for W4's topics) over a run's history and the final read
-of every replica after healing. Pure: they read what they are given and judge.
+"""The checkers of the reliability spec (C1 to C8, C10, C11 for W4's topics and C12 for W6's FIFO
+consumption) over a run's history and the final read of every replica after healing. Pure: they
+read what they are given and judge.
 
 The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order, the
 final offsets each replica's name to the groups' committed offsets; `final_master` names the
@@ -7,6 +8,8 @@ replica whose contents count, `in_sync` the ones that must agree with it."""
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -237,6 +240,171 @@ def churn(records: list[dict], final: dict[str, FinalRead], final_master: str, i
     return Result("C11 deleted topics", {"acked": len(acked), "deletes": len(deletes), "lost": len(missing),
                                          "came back": len(back)},
                   ("lost", "came back"), _examples(missing | {value for _, value in back}))
+
+
+@dataclass(frozen=True)
+class _Receive:
+    """A FIFO receive the consumer got an answer to, with its client-side times (monotonic s)."""
+
+    invoked: float
+    completed: float
+    process: str
+    invisible_s: float
+    messages: list[dict]  # as carried: {"value", "id", "queue", "offset", "attempt"}
+
+
+def _first_invoked(records: list[dict], f: str) -> dict[str, float]:
+    """Each value -> when the first operation `f` on it was invoked."""
+    first: dict[str, float] = {}
+    for r in records:
+        if r["f"] == f and r["type"] == "invoke":
+            first[r["value"]] = min(r["time"], first.get(r["value"], math.inf))
+    return first
+
+
+def _group_order(receives: list[_Receive], never_dead: set[str], acks: dict[str, float]) -> list[tuple[str, str]]:
+    """(earlier, later) where a receive carried a later message of a message group while an
+    earlier one, never dead-lettered, had no ack invoked before the receive completed (an ack
+    still unanswered may have landed first) and was not carried before it in that receive.
+    That earlier message was stored before the later one was sent (W6 sends a group's next value
+    once the last is acknowledged or refused, and a copy stored twice is judged by its first,
+    acked or dead-lettered before anything behind it), and nothing took it off the queue: it was
+    leased, or waiting for its next delivery. Which of the two receives the broker served first
+    does not matter."""
+    index: dict[str, tuple[list[int], list[float], list[float]]] = {}
+    by_group: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for value in never_dead:
+        group, sequence = _producer_sequence(value)
+        by_group[group].append((sequence, acks.get(value, math.inf)))
+    for group, entries in by_group.items():
+        entries.sort()
+        highest, latest = [], -math.inf  # the latest first ack among the group's values up to each
+        for _, acked_at in entries:
+            latest = max(latest, acked_at)
+            highest.append(latest)
+        index[group] = ([sequence for sequence, _ in entries], [acked_at for _, acked_at in entries], highest)
+    found = []
+    for receive in receives:
+        carried: dict[str, set[int]] = defaultdict(set)
+        for message in receive.messages:
+            group, sequence = _producer_sequence(message["value"])
+            sequences, acked_at, highest = index.get(group, ([], [], []))
+            before = bisect_left(sequences, sequence)
+            if before and highest[before - 1] >= receive.completed:
+                pending = next((earlier for earlier, at in zip(sequences[:before], acked_at[:before])
+                                if at >= receive.completed and earlier not in carried[group]), None)
+                if pending is not None:
+                    found.append((f"{group}-{pending}", message["value"]))
+            carried[group].add(sequence)
+    return found
+
+
+def _leased_order(records: list[dict], receives: list[_Receive], dead: set[str],
+                  acks: dict[str, float]) -> list[tuple[str, str]]:
+    """(earlier, later) where a receive carried a later message of a message group while a lease
+    on an earlier one that was dead-lettered in the end was certainly valid. Such a message may
+    have gone to the DLQ at any time after its last lease, so only its leases are judged: one
+    handed out by a receive invoked at t0 asking d seconds lasts past t0 + d (the broker granted
+    it after t0, on the same machine's monotonic clock), unless it was cut short first: a failure
+    the consumer reported (ChangeInvisibleDuration brings the message back after the group's
+    back-off), the consumer's crash (a broker may drop a leaving client's leases) or an ack. A
+    later receive is judged only when it began after that lease was handed out and completed
+    before the lease could end."""
+    crashed = {r["process"]: r["time"] for r in records if r["f"] == "fifo-crash" and r["type"] == "invoke"}
+    failed: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r["f"] == "fifo-fail" and r["type"] == "invoke":
+            failed[r["value"]].append(r["time"])
+    starts = [receive.invoked for receive in receives]
+    found = []
+    for receive in receives:
+        for message in receive.messages:
+            if message["value"] not in dead:
+                continue
+            group, sequence = _producer_sequence(message["value"])
+            ends = min([receive.invoked + receive.invisible_s, acks.get(message["value"], math.inf),
+                        crashed.get(receive.process, math.inf),
+                        *(at for at in failed[message["value"]] if at >= receive.invoked)])
+            for later in receives[bisect_left(starts, receive.completed):]:
+                if later.invoked >= ends:
+                    break
+                if later.completed >= ends:
+                    continue
+                for carried in later.messages:
+                    other_group, other = _producer_sequence(carried["value"])
+                    if other_group == group and other >= sequence:
+                        if other > sequence:
+                            found.append((message["value"], carried["value"]))
+                        break
+    return found
+
+
+def _dead_lettered_early(receives: list[_Receive], unanswered: list[tuple[float, float]], dead: set[str],
+                         max_attempts: int) -> list[str]:
+    """Dead letters with fewer than `max_attempts` deliveries the history cannot rule out. The
+    broker counts deliveries the history never saw: a receive whose answer was lost (a timeout,
+    a connection cut in a failover, an error answered after the lease was granted because its
+    record could not be copied) leased messages all the same, and a failover is where these
+    happen. Counting only the deliveries seen would then under-count and fail a run whose DLQ
+    was right, so the count is the highest delivery attempt seen (it counts every delivery
+    before it, seen or not) plus one for each unanswered receive that may have come after it.
+    That errs toward passing: a premature dead letter during a failover can go unnoticed."""
+    deliveries: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for receive in receives:
+        for message in receive.messages:
+            deliveries[message["value"]].append((receive.invoked, message["attempt"] or 1))
+    early = []
+    for value in dead:
+        seen = deliveries.get(value, [])
+        last = max((invoked for invoked, _ in seen), default=-math.inf)
+        possible = max(len(seen), max((attempt for _, attempt in seen), default=0))
+        possible += sum(ended > last for _, ended in unanswered)
+        if possible < max_attempts:
+            early.append(value)
+    return early
+
+
+def fifo(records: list[dict], max_attempts: int) -> Result:
+    """C12 (W6): a FIFO group's consumption, judged from the consumers' side.
+
+    - "out of order": a receive carried a later message of a message group while an earlier one,
+      handed out before or still waiting, was neither acknowledged nor dead-lettered
+      (_group_order for messages never dead-lettered, _leased_order for those that were);
+    - "lost": an acknowledged send neither received by the group nor in its DLQ;
+    - "never settled": a message the group received that no ack took (ok or unknown) and that is
+      not in the DLQ once the run drained;
+    - "dead-lettered early": a dead letter with fewer deliveries than `max_attempts`
+      (retryMaxTimes + 1), counting what the history cannot rule out (_dead_lettered_early).
+
+    The DLQ is what the DLQ reader read (every value it ever received); "never settled" fails a
+    run whose drain did not end, so the order rules can trust it as whole."""
+    invoked = {r["op"]: r for r in records if r["type"] == "invoke"}
+    answered = _completions(records, "fifo-receive", "ok")
+    receives = sorted((_Receive(invoked[r["op"]]["time"], r["time"], r["process"], invoked[r["op"]]["invisible_s"],
+                                r["messages"]) for r in answered), key=lambda receive: receive.invoked)
+    ended = {r["op"]: r["time"] for r in records if r["f"] == "fifo-receive" and r["type"] != "invoke"}
+    answered_ops = {r["op"] for r in answered}
+    unanswered = [(r["time"], ended.get(r["op"], math.inf)) for r in records
+                  if r["f"] == "fifo-receive" and r["type"] == "invoke" and r["op"] not in answered_ops]
+    acks = _first_invoked(records, "fifo-ack")
+    consumed = {r["value"] for r in records if r["f"] == "fifo-ack" and r["type"] in ("ok", "info")}
+    dead = {message["value"] for r in _completions(records, "dlq-receive", "ok") for message in r["messages"]}
+    delivered = [message for receive in receives for message in receive.messages]
+    received = {message["value"] for message in delivered}
+    sent = {r["value"] for r in _completions(records, "fifo-send", "ok")}
+    disorder = _group_order(receives, received - dead, acks) + _leased_order(records, receives, dead, acks)
+    lost = sent - received - dead
+    unsettled = received - consumed - dead
+    early = _dead_lettered_early(receives, unanswered, dead, max_attempts)
+    figures = {"acked sends": len(sent), "receives": len(receives), "deliveries": len(delivered),
+               "redeliveries": sum((message["attempt"] or 1) > 1 for message in delivered),
+               "acks": len(_completions(records, "fifo-ack", "ok")),
+               "failures injected": sum(r["f"] == "fifo-fail" and r["type"] == "invoke" for r in records),
+               "crashes": sum(r["f"] == "fifo-crash" and r["type"] == "invoke" for r in records),
+               "dead letters": len(dead), "out of order": len(disorder), "lost": len(lost),
+               "never settled": len(unsettled), "dead-lettered early": len(early)}
+    return Result("C12 FIFO", figures, ("out of order", "lost", "never settled", "dead-lettered early"),
+                  _examples([*disorder, *lost, *unsettled, *early]))
 
 
 def split_brain(records: list[dict]) -> Result:

@@ -8,6 +8,11 @@ a completion repeats its invocation's process, f and value. Kinds the checkers r
   commit: value {"group", "queue", "offset"}: a consumer committed the offset after what it read.
   translated: value a group: its committed offsets on the replicator's standby; ok adds offsets
     {"<broker>:<queue id>": offset}.
+  W6 (FIFO): fifo-send (value "g3-17": message group g3, sequence 17; ok adds id, offset);
+    fifo-receive and dlq-receive (value {"group"}; the invocation has invisible_s, ok adds messages
+    [{"value", "id", "queue", "offset", "attempt"}]); fifo-ack and fifo-fail (value the message's,
+    with its id; a failure's invocation says how, "nack" or "expire", and whether it was poison);
+    fifo-crash (value the consumer dropped, with the values it held); fifo-drain.
 Others (the nemesis's "fault" and "heal") are kept for the reader and the availability figures."""
 
 from __future__ import annotations

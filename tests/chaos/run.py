@@ -1,11 +1,11 @@
 """One seeded chaos run: a controller-mode group of three brokers under the W3 send (idempotent
-producers; W1, plain ones, with --workload W1; W4, W3 beside admin churn of other topics) and W2
-consume workloads (for F14: the producers, one W2 group and W5, the replicator to a standby) and
-one fault kind of the B5 matrix, then healing, a final read of every replica and the checkers'
-verdict.
+producers; W1, plain ones, with --workload W1; W4, W3 beside admin churn of other topics; W6, W3
+beside the official client's FIFO producers and consumers) and W2 consume workloads (for F14:
+the producers, one W2 group and W5, the replicator to a standby) and one fault kind of the B5
+matrix, then healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
-        [--workload W1|W4] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
+        [--workload W1|W4|W6] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
 
 Every run keeps its history, verdict and logs under its directory and prints the seed that replays
 its fault schedule; with --ledger each run appends one line to the ledger docs/reliability.md is
@@ -28,7 +28,17 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from checkers import Hygiene, availability, check_all, churn, pipeline, summary, translations, verdict_table  # noqa: E402
+from checkers import (  # noqa: E402
+    Hygiene,
+    availability,
+    check_all,
+    churn,
+    fifo,
+    pipeline,
+    summary,
+    translations,
+    verdict_table,
+)
 from controller_group import SETS, Group  # noqa: E402
 from final_read import read_offsets, read_replica  # noqa: E402
 from harness import LocalCluster, free_base_port, pid_alive, stop_process  # noqa: E402
@@ -46,7 +56,15 @@ from nemesis import (  # noqa: E402
 from network import Network  # noqa: E402
 from pipeline import Pipeline  # noqa: E402
 from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
-from workload import CHURN_TOPICS, Consumers, Producers, TopicChurn  # noqa: E402
+from workload import (  # noqa: E402
+    CHURN_TOPICS,
+    FIFO_RETRY_MAX_TIMES,
+    Consumers,
+    FifoWorkload,
+    Producers,
+    TopicChurn,
+    prepare_fifo,
+)
 
 TOPIC = "ChaosTopic"
 QUEUES = 4
@@ -60,8 +78,8 @@ PROFILES = {
              "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true"},
 }
 # The producers: idempotent resends (same message id and queue), plain ones, or idempotent ones
-# beside W4's topics made, written and deleted in turn.
-WORKLOADS = ("W3", "W1", "W4")
+# beside W4's topics made, written and deleted in turn, or beside W6's FIFO topic and group.
+WORKLOADS = ("W3", "W1", "W4", "W6")
 
 
 @dataclass
@@ -133,6 +151,8 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     results = check_all(records, final, final_offsets, final_master, in_sync, facts)
     if churned is not None:
         results.append(churn(records, churned, final_master, in_sync))
+    if workload == "W6":
+        results.append(fifo(records, max_attempts=FIFO_RETRY_MAX_TIMES + 1))
     rows = {"fault": fault, "seed": seed, "profile": profile, "workload": workload, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
     if outcome.standby is not None:
@@ -173,11 +193,15 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         for broker in group.brokers:
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         access_point = cluster.info["access_point"]
+        if workload == "W6":  # raises FifoUnsupported on a cluster that does not serve FIFO yet
+            prepare_fifo(access_point, cluster.info["cluster"], group.master()["address"])
         consumers = Consumers(access_point, TOPIC, QUEUES, history, groups=1 if fault == PIPELINE else 2)
         producers = Producers(access_point, TOPIC, history, queues=None if workload == "W1" else QUEUES)
         workloads = [producers, consumers]
         if workload == "W4":
             workloads.append(TopicChurn(access_point, [broker["address"] for broker in group.brokers], history))
+        if workload == "W6":
+            workloads.append(FifoWorkload(";".join(broker["address"] for broker in group.brokers), history, seed))
         if fault == PIPELINE:
             standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
             standby.start()

@@ -12,6 +12,7 @@ from checkers import (
     commits,
     convergence,
     duplicates,
+    fifo,
     hygiene,
     inconsistent_offsets,
     lost,
@@ -345,3 +346,163 @@ def test_c11_allows_either_outcome_after_a_delete_of_unknown_outcome():
     records = churn_history(("churn-send", "A/0-0", "ok"), ("delete-topic", "A", "info"))
     for stored in ([], [(0, "A/0-0")]):
         assert churn(records, {"A": {"m": {"broker-a:0": stored}}}, "m", {"m"}).ok
+
+
+class FifoHistory:
+    """W6 records made by hand: each call adds one operation, its invocation at `start` and its
+    completion (`outcome`) at `end` (times in seconds); a receive's values may carry their
+    delivery attempt as ("g0-1", 2)."""
+
+    def __init__(self):
+        self.records = []
+
+    def _op(self, process, f, value, start, end, outcome="ok", invoked=None, **completed):
+        op = len(self.records)
+        self.records.append({"time": start, "process": process, "type": "invoke", "f": f, "op": op, "value": value,
+                             **(invoked or {})})
+        self.records.append({"time": end, "process": process, "type": outcome, "f": f, "op": op, "value": value,
+                             **completed})
+        return self
+
+    def send(self, value, at, outcome="ok"):
+        return self._op("fifo-p0", "fifo-send", value, at, at + 0.01, outcome)
+
+    def receive(self, process, start, end, *values, invisible_s=5, outcome="ok"):
+        messages = [{"value": value, "id": value.upper(), "queue": 0, "offset": 0, "attempt": attempt}
+                    for value, attempt in (item if isinstance(item, tuple) else (item, 1) for item in values)]
+        return self._op(process, "fifo-receive", {"group": "G"}, start, end, outcome,
+                        {"invisible_s": invisible_s}, **({"messages": messages} if outcome == "ok" else {}))
+
+    def ack(self, process, value, at, outcome="ok", end=None):
+        return self._op(process, "fifo-ack", value, at, end or at + 0.01, outcome)
+
+    def fail(self, process, value, at):
+        return self._op(process, "fifo-fail", value, at, at + 0.01, invoked={"how": "nack"})
+
+    def crash(self, process, at):
+        return self._op(process, "fifo-crash", process, at, at + 1)
+
+    def dead(self, at, *values):
+        messages = [{"value": value, "id": value.upper(), "attempt": 1} for value in values]
+        return self._op("fifo-dlq", "dlq-receive", {"group": "DLQ"}, at, at + 0.1, messages=messages)
+
+
+MAX_ATTEMPTS = 4
+
+
+def sent(*values):
+    history = FifoHistory()
+    for index, value in enumerate(values):
+        history.send(value, index * 0.01)
+    return history
+
+
+def test_c12_passes_groups_consumed_in_order_with_failures_crashes_and_a_dead_letter():
+    h = sent("g0-0", "g0-1", "g1-0", "g1-1", "g2-0")
+    h.receive("c0", 1, 1.1, "g0-0", "g1-0", "g1-1").ack("c0", "g0-0", 1.2)
+    h.fail("c0", "g1-0", 1.3)  # g1-1 behind it stays unacked: it comes back with g1-0
+    h.receive("c1", 1.2, 1.3, "g0-1", "g2-0").ack("c1", "g0-1", 1.4).crash("c1", 1.5)  # g2-0 held
+    h.receive("c0", 2.5, 2.6, ("g1-0", 2), ("g1-1", 2)).ack("c0", "g1-0", 2.7).ack("c0", "g1-1", 2.8)
+    h.receive("c2", 7, 7.1, ("g2-0", 2)).fail("c2", "g2-0", 7.2)
+    h.receive("c2", 8.3, 8.4, ("g2-0", 3)).fail("c2", "g2-0", 8.5)
+    h.receive("c0", 9.6, 9.7, ("g2-0", 4)).fail("c0", "g2-0", 9.8)
+    h.dead(11, "g2-0")
+    result = fifo(h.records, MAX_ATTEMPTS)
+    assert result.ok, result
+    assert result.counts == {"acked sends": 5, "receives": 6, "deliveries": 10, "redeliveries": 5, "acks": 4,
+                             "failures injected": 4, "crashes": 1, "dead letters": 1, "out of order": 0, "lost": 0,
+                             "never settled": 0, "dead-lettered early": 0}
+
+
+def test_c12_fails_a_later_message_handed_out_while_an_earlier_one_is_leased():
+    h = sent("g0-0", "g0-1")
+    h.receive("c0", 1, 1.1, "g0-0").receive("c1", 1.2, 1.3, "g0-1")
+    h.ack("c0", "g0-0", 1.4).ack("c1", "g0-1", 1.5)
+    result = fifo(h.records, MAX_ATTEMPTS)
+    assert not result.ok and result.counts["out of order"] == 1 and result.examples == [("g0-0", "g0-1")]
+
+
+def test_c12_fails_a_later_message_before_the_earlier_one_was_ever_handed_out():
+    h = sent("g0-0", "g0-1").receive("c0", 1, 1.1, "g0-1").receive("c1", 2, 2.1, "g0-0")
+    h.ack("c1", "g0-0", 3).ack("c0", "g0-1", 3)
+    result = fifo(h.records, MAX_ATTEMPTS)
+    assert result.counts["out of order"] == 1 and result.examples == [("g0-0", "g0-1")]
+
+
+def test_c12_takes_one_receive_s_messages_in_their_order():
+    in_order = sent("g0-0", "g0-1").receive("c0", 1, 1.1, "g0-0", "g0-1").ack("c0", "g0-0", 1.2).ack("c0", "g0-1", 1.3)
+    assert fifo(in_order.records, MAX_ATTEMPTS).ok
+    reversed_ = sent("g0-0", "g0-1").receive("c0", 1, 1.1, "g0-1", "g0-0").ack("c0", "g0-0", 1.2).ack("c0", "g0-1", 1.3)
+    assert fifo(reversed_.records, MAX_ATTEMPTS).examples == [("g0-0", "g0-1")]
+
+
+def test_c12_passes_a_later_message_after_an_ack_that_may_have_landed_first():
+    """The ack of g0-0 was invoked before the receive of g0-1 completed; its answer came later."""
+    h = sent("g0-0", "g0-1").receive("c0", 1, 1.1, "g0-0").ack("c0", "g0-0", 1.2, end=1.6)
+    h.receive("c1", 1.3, 1.4, "g0-1").ack("c1", "g0-1", 1.5)
+    assert fifo(h.records, MAX_ATTEMPTS).ok
+    unanswered = sent("g0-0", "g0-1").receive("c0", 1, 1.1, "g0-0").ack("c0", "g0-0", 1.2, outcome="info")
+    unanswered.receive("c1", 1.3, 1.4, "g0-1").ack("c1", "g0-1", 1.5)
+    assert fifo(unanswered.records, MAX_ATTEMPTS).ok
+
+
+def test_c12_passes_other_groups_while_one_is_blocked():
+    h = sent("g0-0", "g0-1", "g1-0").receive("c0", 1, 1.1, "g0-0").receive("c1", 1.2, 1.3, "g1-0")
+    h.ack("c1", "g1-0", 1.4).ack("c0", "g0-0", 2).receive("c0", 2.1, 2.2, "g0-1").ack("c0", "g0-1", 2.3)
+    assert fifo(h.records, MAX_ATTEMPTS).ok
+
+
+def dead_lettered_g0_0(*later_receive):
+    """g0-0 handed out at 1-1.1 for 5 s, then dead-lettered; g0-1 handed out by `later_receive`."""
+    h = sent("g0-0", "g0-1").receive("c0", 1, 1.1, ("g0-0", 4), invisible_s=5)
+    h.receive(*later_receive, "g0-1").ack(later_receive[0], "g0-1", later_receive[2] + 0.1)
+    return h.dead(20, "g0-0")
+
+
+def test_c12_fails_a_later_message_while_a_dead_letter_s_lease_is_certainly_valid():
+    result = fifo(dead_lettered_g0_0("c1", 2, 5.9).records, MAX_ATTEMPTS)
+    assert result.counts["out of order"] == 1 and result.examples == [("g0-0", "g0-1")]
+
+
+def test_c12_passes_a_later_message_once_a_dead_letter_s_lease_may_have_ended():
+    """A slow machine: the receive of g0-1 completed after t0 + d, so the lease may have expired
+    and g0-0 gone to the DLQ first; nor is a receive judged that overlapped the lease's receive."""
+    assert fifo(dead_lettered_g0_0("c1", 2, 6.1).records, MAX_ATTEMPTS).ok
+    assert fifo(dead_lettered_g0_0("c1", 1.05, 1.2).records, MAX_ATTEMPTS).ok
+    failed = dead_lettered_g0_0("c1", 2, 3).fail("c0", "g0-0", 1.5)  # the consumer gave it back at 1.5
+    assert fifo(failed.records, MAX_ATTEMPTS).ok
+    crashed = dead_lettered_g0_0("c1", 2, 3).crash("c0", 1.5)
+    assert fifo(crashed.records, MAX_ATTEMPTS).ok
+
+
+def test_c12_fails_an_acknowledged_send_neither_received_nor_dead_lettered():
+    h = sent("g0-0", "g0-1").send("g0-2", 0.1, outcome="info")  # unknown: it may be missing
+    h.receive("c0", 1, 1.1, "g0-0").ack("c0", "g0-0", 1.2)
+    result = fifo(h.records, MAX_ATTEMPTS)
+    assert result.counts["lost"] == 1 and result.examples == ["g0-1"]
+
+
+def test_c12_fails_a_received_message_never_acked_nor_dead_lettered():
+    h = sent("g0-0", "g1-0").receive("c0", 1, 1.1, "g0-0", "g1-0").ack("c0", "g0-0", 1.2)
+    result = fifo(h.records, MAX_ATTEMPTS)
+    assert result.counts["never settled"] == 1 and result.examples == ["g1-0"]
+    h.ack("c0", "g1-0", 1.3, outcome="fail")  # refused: the lease had expired, it must come back
+    assert fifo(h.records, MAX_ATTEMPTS).counts["never settled"] == 1
+
+
+def test_c12_fails_a_dead_letter_before_its_last_attempt():
+    h = sent("g0-0").receive("c0", 1, 1.1, "g0-0").receive("c1", 7, 7.1, ("g0-0", 2)).dead(20, "g0-0")
+    result = fifo(h.records, MAX_ATTEMPTS)
+    assert result.counts["dead-lettered early"] == 1 and result.examples == ["g0-0"]
+    assert fifo(h.records, 2).ok
+
+
+def test_c12_counts_deliveries_the_history_did_not_see_toward_the_last_attempt():
+    """Attempt 3 was seen (attempt 2 was not: its count is in the 3), and one receive that began
+    after it got no answer: it may have been the fourth delivery. A receive that had ended before
+    the last delivery seen was asked for cannot have carried a later one."""
+    h = sent("g0-0").receive("c0", 1, 1.1, "g0-0").receive("c1", 13, 13.1, ("g0-0", 3))
+    h.receive("c2", 12, 12.5, outcome="info").dead(30, "g0-0")
+    assert fifo(h.records, MAX_ATTEMPTS).counts["dead-lettered early"] == 1
+    h.receive("c2", 14, 19, outcome="info")
+    assert fifo(h.records, MAX_ATTEMPTS).ok

@@ -5,16 +5,41 @@ the history (invoke, then ok, fail or info) so the checkers can judge the cluste
 - W3, the same producers made idempotent: a value keeps its message id and its queue when it is
   sent again after an unknown outcome, until it is acknowledged, so it must be stored once;
 - W2, consumer groups that pull, commit after processing and are rebalanced now and then;
-- W4, admin churn: topics made, written and deleted in turn, names used again."""
+- W4, admin churn: topics made, written and deleted in turn, names used again;
+- W6, FIFO: the official client's producers send in many message groups to a FIFO topic, and
+  SimpleConsumers of one FIFO group receive, acknowledge most, fail a few and crash now and then,
+  beside a reader of the group's dead-letter queue."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import random
 import threading
 import time
 import uuid
+import zlib
+from typing import Callable
 
+import grpc
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq import Message as OfficialMessage
+from rocketmq import Producer as OfficialProducer
+from rocketmq.grpc_protocol import Code
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+from rocketmq.v5.consumer import consumer as official_consumer
+from rocketmq.v5.exception import (
+    BadRequestException,
+    ClientException,
+    ForbiddenException,
+    NotFoundException,
+    PayloadTooLargeException,
+)
+
+from harness import cli
 from history import History
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
 
@@ -250,3 +275,315 @@ class TopicChurn(Workload):
             self.history.ok(op)
         else:
             self.history.info(op, result.status)
+
+
+FIFO_TOPIC = "ChaosFifo"
+FIFO_QUEUES = 8
+FIFO_GROUP = "chaos-fifo"
+DLQ_TOPIC = f"%DLQ%{FIFO_GROUP}"
+DLQ_READER_GROUP = "chaos-fifo-dlq-reader"
+FIFO_RETRY_MAX_TIMES = 3  # at most 4 deliveries: a poison value reaches the DLQ within seconds
+FIFO_BACKOFF_MS = 1000  # the group's back-off before each retry
+MESSAGE_GROUPS = 64
+FIFO_PRODUCERS = 2  # each sends to every FIFO_PRODUCERS-th message group
+FIFO_CONSUMERS = 3
+FIFO_BATCH = 16
+FIFO_INVISIBLE_S = 5
+NACK_INVISIBLE_S = 1  # limits.INVISIBLE_SECONDS_MIN
+FIFO_AWAIT_S = 2  # a receive's long poll
+FAIL_RATE = 0.03  # deliveries a consumer fails on purpose, outside the drain
+POISON_EVERY = 400  # about one value in this many fails every delivery, so dead letters happen
+CRASH_EVERY_S = (10.0, 30.0)  # a consumer crashes this long after it started (drawn uniformly)
+DRAIN_TIMEOUT_S = 60.0
+DRAIN_POLL_S = 0.2
+# Answers that say a request was refused and changed nothing; any other error leaves it unknown.
+OFFICIAL_REFUSALS = (BadRequestException, NotFoundException, ForbiddenException, PayloadTooLargeException)
+
+
+class FifoUnsupported(Exception):
+    """The cluster does not serve what W6 needs yet: FIFO topics, subscription groups, dead letters."""
+
+
+class _PlacedMessage(OfficialMessage):
+    """The official client's received message, keeping the queue and offset the broker sent (its
+    Message drops them), so the history says where each delivery came from."""
+
+    queue_id: int | None = None
+    queue_offset: int | None = None
+
+    def fromProtobuf(self, message):  # the official client's name
+        super().fromProtobuf(message)
+        self.queue_id = message.system_properties.queue_id
+        self.queue_offset = message.system_properties.queue_offset
+        return self
+
+
+official_consumer.Message = _PlacedMessage  # what every official consumer decodes received messages into
+
+
+def _error_name(error: Exception) -> str:
+    if isinstance(error, ClientException) and isinstance(error.code, int):
+        return Code.Name(error.code)
+    return type(error).__name__
+
+
+def _poison(value: str) -> bool:
+    return zlib.crc32(value.encode()) % POISON_EVERY == 0
+
+
+def prepare_fifo(namesrv: str, cluster: str, broker: str) -> None:
+    """W6's FIFO topic and consumer group, made with the admin commands a user runs, and a look at
+    whether `broker` serves dead letters. Raises FifoUnsupported when the cluster does not serve
+    these yet, RuntimeError when a command it does serve failed."""
+    policy = {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [FIFO_BACKOFF_MS]}}
+    for args in (("updateTopic", "-t", FIFO_TOPIC, "-r", FIFO_QUEUES, "-w", FIFO_QUEUES, "-a", "+message.type=FIFO"),
+                 ("updateSubGroup", "-g", FIFO_GROUP, "-o", "true", "-r", FIFO_RETRY_MAX_TIMES,
+                  "-p", json.dumps(policy))):
+        done = cli("admin", *args, "-n", namesrv, "-c", cluster)
+        if done.returncode == 2 and ("invalid choice" in done.stderr or "unrecognized arguments" in done.stderr):
+            raise FifoUnsupported(f"quorumq admin {args[0]}: {done.stderr.strip().splitlines()[-1]}")
+        if done.returncode != 0:
+            raise RuntimeError(f"quorumq admin {' '.join(map(str, args))}: {done.stderr.strip()}")
+    request = v5s.ForwardMessageToDeadLetterQueueRequest(
+        group=v5.Resource(name=FIFO_GROUP), topic=v5.Resource(name=FIFO_TOPIC), receipt_handle="probe",
+        message_id="probe", delivery_attempt=1, max_delivery_attempts=1)
+    with grpc.insecure_channel(broker) as channel:
+        answer = v5_grpc.MessagingServiceStub(channel).ForwardMessageToDeadLetterQueue(request, timeout=SEND_TIMEOUT_S)
+    if answer.status.code == Code.NOT_IMPLEMENTED:
+        raise FifoUnsupported(f"ForwardMessageToDeadLetterQueue: {answer.status.message}")
+
+
+class FifoWorkload:
+    """W6, with the official client, in threads of its own (its calls block):
+
+    - FIFO_PRODUCERS producers send values "g<k>-<seq>" to FIFO_TOPIC, message group "g<k>", k of
+      MESSAGE_GROUPS, each group's sequence increasing; a producer goes round its groups with one
+      send in flight, and sends a value again (a new message) after each unknown outcome until it
+      is acknowledged or refused, only then the group's next ("fifo-send");
+    - FIFO_CONSUMERS SimpleConsumers of FIFO_GROUP receive ("fifo-receive": each message's value,
+      id, queue, offset and delivery attempt) and take each message group's messages in order:
+      they ack most ("fifo-ack"), fail FAIL_RATE of them and every poison value ("fifo-fail": no
+      ack, either ChangeInvisibleDuration to NACK_INVISIBLE_S or the lease left to expire), and
+      leave unacked what follows a failure in its group; each crashes now and then right after a
+      receive ("fifo-crash": dropped without acking what it holds, a new consumer in its place);
+    - a reader of DLQ_TOPIC records every dead letter ("dlq-receive") and acks it.
+
+    `stop()` stops the sends and drains: consumers fail only poison values and crash no more,
+    until every acknowledged send and every message received is acked or dead-lettered, or
+    DRAIN_TIMEOUT_S ("fifo-drain"). C12 judges the history."""
+
+    def __init__(self, endpoints: str, history: History, seed: int) -> None:
+        self.history, self.seed = history, seed
+        self.config = ClientConfiguration(endpoints, Credentials(), request_timeout=int(SEND_TIMEOUT_S))
+        self._stop = threading.Event()
+        self._draining = threading.Event()
+        self._lock = threading.Lock()
+        self._sent: set[str] = set()  # acknowledged sends
+        self._received: set[str] = set()
+        self._settled: set[str] = set()  # acked (or maybe acked) by a consumer, or read from the DLQ
+        self._threads: list[threading.Thread] = []
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        """Start each client (the cluster is whole yet) and its thread, the consumers first."""
+        for index in range(FIFO_CONSUMERS):
+            self._spawn(f"fifo-c{index}", self._consume, index,
+                        self._started(self._simple_consumer(FIFO_GROUP, FIFO_TOPIC)))
+        self._spawn("fifo-dlq", self._read_dead_letters,
+                    self._started(self._simple_consumer(DLQ_READER_GROUP, DLQ_TOPIC)))
+        for index in range(FIFO_PRODUCERS):
+            self._spawn(f"fifo-p{index}", self._produce, index,
+                        self._started(OfficialProducer(self.config, (FIFO_TOPIC,))))
+
+    def _spawn(self, name: str, target: Callable, *args) -> None:
+        """Run target(*args) in a thread that ends with the workload; the thread shuts its client down."""
+        thread = threading.Thread(target=self._guarded, args=(target, *args), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def halt(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        """Drain, halt, and raise what made the workload fail."""
+        self._draining.set()
+        op = self.history.invoke("fifo", "fifo-drain", None)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while self._unsettled() and time.monotonic() < deadline and self.error is None:
+            time.sleep(DRAIN_POLL_S)
+        if self._unsettled():
+            self.history.info(op, "timeout", unsettled=self._unsettled())
+        else:
+            self.history.ok(op)
+        self.halt()
+        alive = [thread.name for thread in self._threads if thread.is_alive()]
+        if alive:
+            raise RuntimeError(f"{', '.join(alive)} did not stop")
+        if self.error:
+            raise RuntimeError("the FIFO workload failed") from self.error
+
+    def _unsettled(self) -> int:
+        with self._lock:
+            return len((self._sent | self._received) - self._settled)
+
+    def _guarded(self, target: Callable, *args) -> None:
+        try:
+            target(*args)
+        except BaseException as error:  # surfaced by stop()
+            self.error = self.error or error
+
+    def _started(self, client):
+        """The client, started; raises what made it fail."""
+        client.startup()
+        return client
+
+    def _simple_consumer(self, group: str, topic: str) -> SimpleConsumer:
+        return SimpleConsumer(self.config, group, {topic: FilterExpression()}, await_duration=FIFO_AWAIT_S)
+
+    def _new_consumer(self, group: str, topic: str) -> SimpleConsumer | None:
+        """A started SimpleConsumer, tried again while the cluster fails over; None once halted."""
+        while not self._stop.is_set():
+            try:
+                return self._started(self._simple_consumer(group, topic))
+            except Exception:  # noqa: BLE001 - the official client raises its own types while the group fails over
+                time.sleep(RETRY_PAUSE_S)
+        return None
+
+    def _produce(self, index: int, producer: OfficialProducer) -> None:
+        name = f"fifo-p{index}"
+        groups = range(index, MESSAGE_GROUPS, FIFO_PRODUCERS)
+        sequences = dict.fromkeys(groups, 0)
+        try:
+            for group in itertools.cycle(groups):
+                value = f"g{group}-{sequences[group]}"
+                while not (self._draining.is_set() or self._stop.is_set()):
+                    if self._send(producer, name, group, value):
+                        break
+                    time.sleep(RETRY_PAUSE_S)
+                else:
+                    return
+                sequences[group] += 1
+        finally:
+            producer.shutdown()
+
+    def _send(self, producer: OfficialProducer, name: str, group: int, value: str) -> bool:
+        """One send, recorded; whether it was acknowledged or refused."""
+        message = OfficialMessage()
+        message.topic, message.body, message.message_group = FIFO_TOPIC, value.encode(), f"g{group}"
+        op = self.history.invoke(name, "fifo-send", value)
+        try:
+            receipt = producer.send(message)
+        except OFFICIAL_REFUSALS as error:
+            self.history.fail(op, _error_name(error))
+            return True
+        except Exception as error:  # noqa: BLE001 - timeouts and transport errors: it may be stored
+            self.history.info(op, _error_name(error))
+            return False
+        self.history.ok(op, id=receipt.message_id, offset=receipt.offset)
+        with self._lock:
+            self._sent.add(value)
+        return True
+
+    def _receive(self, consumer: SimpleConsumer, name: str, f: str) -> list | None:
+        """One receive, recorded as `f`: its messages, or None when it got no answer."""
+        op = self.history.invoke(name, f, {"group": consumer.consumer_group}, invisible_s=FIFO_INVISIBLE_S)
+        try:
+            messages = consumer.receive(FIFO_BATCH, FIFO_INVISIBLE_S)
+        except Exception as error:  # noqa: BLE001 - unanswered: the broker may have leased messages
+            self.history.info(op, _error_name(error))
+            time.sleep(RETRY_PAUSE_S)
+            return None
+        self.history.ok(op, messages=[{"value": m.body.decode(), "id": m.message_id, "queue": m.queue_id,
+                                       "offset": m.queue_offset, "attempt": m.delivery_attempt} for m in messages])
+        return messages
+
+    def _consume(self, index: int, consumer: SimpleConsumer | None) -> None:
+        rng = random.Random(f"{self.seed}-{index}")
+        for generation in itertools.count():
+            if consumer is None:
+                return
+            name = f"fifo-c{index}.{generation}"
+            crash_at = time.monotonic() + rng.uniform(*CRASH_EVERY_S)
+            crash = None
+            try:
+                while not self._stop.is_set():
+                    messages = self._receive(consumer, name, "fifo-receive")
+                    if not messages:
+                        continue
+                    with self._lock:
+                        self._received.update(m.body.decode() for m in messages)
+                    if time.monotonic() >= crash_at and not self._draining.is_set():
+                        crash = self.history.invoke(name, "fifo-crash", name, held=[m.body.decode() for m in messages])
+                        break
+                    self._process(consumer, name, messages, rng)
+            finally:
+                consumer.shutdown()
+            if crash is None:
+                return
+            consumer = self._new_consumer(FIFO_GROUP, FIFO_TOPIC)
+            self.history.ok(crash)
+
+    def _process(self, consumer: SimpleConsumer, name: str, messages: list, rng: random.Random) -> None:
+        """Each message group's messages in the order received: ack, or fail and leave the rest
+        of the group unacked (they come back behind the failed one)."""
+        failed: set[str] = set()
+        for message in messages:
+            value = message.body.decode()
+            group = value.rpartition("-")[0]
+            if group in failed:
+                continue
+            poison = _poison(value)
+            if poison or (not self._draining.is_set() and rng.random() < FAIL_RATE):
+                failed.add(group)
+                self._fail(consumer, name, message, value, poison, rng)
+            else:
+                self._ack(consumer, name, message, value)
+
+    def _ack(self, consumer: SimpleConsumer, name: str, message, value: str) -> None:
+        op = self.history.invoke(name, "fifo-ack", value, id=message.message_id)
+        try:
+            consumer.ack(message)
+        except OFFICIAL_REFUSALS as error:  # e.g. the lease had expired: it comes back
+            self.history.fail(op, _error_name(error))
+            return
+        except Exception as error:  # noqa: BLE001 - unanswered: it may have been acked
+            self.history.info(op, _error_name(error))
+        else:
+            self.history.ok(op)
+        with self._lock:
+            self._settled.add(value)
+
+    def _fail(self, consumer: SimpleConsumer, name: str, message, value: str, poison: bool,
+              rng: random.Random) -> None:
+        """Fail one delivery: give it back at once (ChangeInvisibleDuration), or let its lease
+        expire; in the drain always the first, to end sooner."""
+        how = "nack" if self._draining.is_set() or rng.random() < 0.5 else "expire"
+        op = self.history.invoke(name, "fifo-fail", value, id=message.message_id, how=how, poison=poison)
+        if how == "expire":
+            self.history.ok(op)
+            return
+        try:
+            consumer.change_invisible_duration(message, NACK_INVISIBLE_S)
+        except OFFICIAL_REFUSALS as error:
+            self.history.fail(op, _error_name(error))
+        except Exception as error:  # noqa: BLE001 - unanswered
+            self.history.info(op, _error_name(error))
+        else:
+            self.history.ok(op)
+
+    def _read_dead_letters(self, consumer: SimpleConsumer) -> None:
+        try:
+            while not self._stop.is_set():
+                messages = self._receive(consumer, "fifo-dlq", "dlq-receive")
+                with self._lock:
+                    self._settled.update(m.body.decode() for m in messages or ())
+                for message in messages or ():
+                    try:
+                        consumer.ack(message)
+                    except Exception:  # noqa: BLE001 - it comes back and is recorded again
+                        pass
+        finally:
+            consumer.shutdown()
