@@ -103,6 +103,11 @@ PULL_BATCH_MAX = 1024  # messages in one PullMessage answer
 PULL_BYTES_MAX = 16 * MiB
 INFLIGHT_PER_QUEUE_MAX = 32768  # received but not acked, per consumer group and queue
 LONG_POLL_SECONDS_MAX = 60.0
+# What the Telemetry settings tell a consumer, as RocketMQ's proxy does: its long poll when it sets
+# none (grpcClientConsumerMaxLongPollingTimeoutMillis), and its receive batch
+# (grpcClientConsumerLongPollingBatchSize; the Node.js client receives 0 messages a call without it).
+LONG_POLL_SECONDS_DEFAULT = 20
+CONSUMER_RECEIVE_BATCH_SIZE = 32
 INVISIBLE_SECONDS_MIN = 1.0
 INVISIBLE_SECONDS_MAX = 12 * 3600.0
 INVISIBLE_SECONDS_DEFAULT = 60.0  # a push consumer sends none and never renews
@@ -309,3 +314,4 @@ REPLICATOR_CONFIG_INTERVAL_S = 60.0
 REPLICATOR_MAX_RECORDS_PER_TRIGGER = 100_000  # default admission per micro-batch, shared by queues
 
 assert REPLICATOR_PULL_BATCH <= PULL_BATCH_MAX
+assert LONG_POLL_SECONDS_DEFAULT <= LONG_POLL_SECONDS_MAX and CONSUMER_RECEIVE_BATCH_SIZE <= RECEIVE_BATCH_MAX

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from harness import check_for, cli, free_base_port, pid_alive
-from quorumq.client import Blocking, Message, Producer, PullConsumer
+from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
+from quorumq.cluster import cluster_pb2 as pb
 
 
 def admin(cluster: dict, command: str, *args: str):
@@ -44,9 +45,58 @@ def test_update_topic_then_route_and_list(shared_cluster):
     updated = admin(shared_cluster, "updateTopic", "-t", topic, "-c", "DefaultCluster", "-r", "4", "-w", "4")
     assert updated.returncode == 0, updated.stderr
     route = admin_json(shared_cluster, "topicRoute", "-t", topic)
-    assert route["queues"] == [{"broker_name": "broker-a", "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6}]
-    assert topic in admin_json(shared_cluster, "topicList")
+    assert route["queues"] == [{"broker_name": "broker-a", "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6,
+                                "message_type": "NORMAL"}]
+    assert admin_json(shared_cluster, "topicList")[topic] == "NORMAL"
     assert "broker-a" in admin(shared_cluster, "topicRoute", "-t", topic).stdout
+
+
+def test_a_topics_message_type_is_set_by_attribute_kept_without_one_and_checked(shared_cluster):
+    topic = new_topic()
+    fifo = admin(shared_cluster, "updateTopic", "-t", topic, "-c", "DefaultCluster", "-a", "+message.type=FIFO")
+    assert fifo.returncode == 0 and "type FIFO" in fifo.stdout, fifo.stderr
+    assert admin(shared_cluster, "updateTopic", "-t", topic, "-c", "DefaultCluster", "-w", "2").returncode == 0
+    [queues] = admin_json(shared_cluster, "topicRoute", "-t", topic)["queues"]
+    assert (queues["write_queue_nums"], queues["message_type"]) == (2, "FIFO"), "a change without -a keeps the type"
+    assert f"{topic}  FIFO" in admin(shared_cluster, "topicList").stdout
+    for bad in ("+message.type=LIFO", "+retention.hours=3"):
+        refused = admin(shared_cluster, "updateTopic", "-t", topic, "-c", "DefaultCluster", "-a", bad)
+        assert refused.returncode == 1 and "ILLEGAL_TOPIC_ATTRIBUTE" in refused.stderr, refused
+
+
+def test_subscription_group_update_get_and_delete(shared_cluster):
+    group = f"G{uuid.uuid4().hex[:8]}"
+    policy = '{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":2000,"max":60000,"multiplier":3}}'
+    updated = admin(shared_cluster, "updateSubGroup", "-g", group, "-c", "DefaultCluster", "-o", "true", "-r", "3",
+                    "-p", policy)
+    assert updated.returncode == 0 and "success" in updated.stdout, updated.stderr
+    [config] = admin_json(shared_cluster, "getConsumerConfig", "-g", group)
+    assert config == {"cluster": "DefaultCluster", "broker_name": "broker-a", "address": config["address"],
+                      "groupName": group, "consumeEnable": True, "consumeMessageOrderly": True, "retryMaxTimes": 3,
+                      "groupRetryPolicy": json.loads(policy), "configured": True}
+    text = admin(shared_cluster, "getConsumerConfig", "-g", group).stdout.splitlines()
+    assert text[0] == "=============================DefaultCluster:broker-a============================="
+    assert f"{'retryMaxTimes':<40}=  3" in text and f"{'consumeMessageOrderly':<40}=  true" in text
+
+    for flags, error in ((("-r", "65"), "ILLEGAL_RETRY_MAX_TIMES"), (("-p", "{not json"), "ILLEGAL_RETRY_POLICY")):
+        refused = admin(shared_cluster, "updateSubGroup", "-g", group, "-c", "DefaultCluster", *flags)
+        assert refused.returncode == 1 and error in refused.stderr, refused
+    with Blocking(AdminClient, shared_cluster["access_point"]) as client:  # the broker's own check, past the CLI's
+        address = config["address"]
+        with pytest.raises(ClientError) as refused_by_broker:
+            client.update_subscription_group([address], pb.SubscriptionGroupConfig(
+                group_name=group, retry_max_times=65, retry_policy=pb.RetryPolicy(type="CUSTOMIZED", next_ms=[1000])))
+        assert "ILLEGAL_RETRY_MAX_TIMES" in str(refused_by_broker.value)
+        assert client.subscription_groups(group)[0][1].retry_max_times == 3, "nothing stored"
+
+    replaced = admin(shared_cluster, "updateSubGroup", "-g", group, "-c", "DefaultCluster", "-s", "false")
+    assert replaced.returncode == 0, replaced.stderr
+    [config] = admin_json(shared_cluster, "getConsumerConfig", "-g", group)
+    assert (config["consumeEnable"], config["consumeMessageOrderly"], config["retryMaxTimes"]) == (False, False, 16), \
+        "an update replaces the whole config: what it leaves out gets the defaults"
+    assert admin(shared_cluster, "deleteSubGroup", "-g", group, "-c", "DefaultCluster").returncode == 0
+    [config] = admin_json(shared_cluster, "getConsumerConfig", "-g", group)
+    assert (config["configured"], config["consumeEnable"]) == (False, True)
 
 
 def test_unknown_topics_without_auto_create_are_errors_by_name(start_cluster):

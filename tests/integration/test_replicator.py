@@ -14,6 +14,8 @@ from quorumq import limits
 from quorumq.client import AdminClient, Blocking, PullConsumer
 from quorumq.core import replicator as plan
 from quorumq.core.replicator import TopicShape
+from quorumq.core.subscription import SubscriptionGroup
+from quorumq.protocol.configs import group_from_pb, group_to_pb
 from quorumq.replicator import jobs
 from quorumq.replicator.app import spark_session
 from quorumq.replicator.jobs import Settings
@@ -192,7 +194,7 @@ def make_group_known(cluster: dict, group: str, topic: str) -> int:
         consumer.shutdown()
 
 
-def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups(clusters):
+def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_and_their_configs(clusters):
     primary, standby = clusters
     created, expanded, larger = new_topic(), new_topic(), new_topic()
     for topic in (created, expanded, larger):
@@ -201,17 +203,24 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups(c
     create_topic(standby, larger, 16)
     group = "KnownGroup"
     first_contact_ms = make_group_known(primary, group, created)
-    changes, groups = jobs.copy_config(primary["access_point"], standby["access_point"], (created, expanded, larger))
+    fifo = SubscriptionGroup(group, consume_message_orderly=True, retry_max_times=3)
+    with Blocking(AdminClient, primary["access_point"]) as admin:
+        admin.update_subscription_group([b.address for b in admin.brokers(masters_only=True)], group_to_pb(fifo))
+    changes, groups, configs = jobs.copy_config(primary["access_point"], standby["access_point"],
+                                                (created, expanded, larger))
     assert changes == {created: {"broker-a": TopicShape(8, 8, 6)}, expanded: {"broker-a": TopicShape(8, 8, 6)}}
     assert groups == {"broker-a": {group: first_contact_ms}}
+    assert configs == {"broker-a": {group: fifo}}
     with Blocking(AdminClient, standby["access_point"]) as admin:
         shapes = {t: [(q.read_queue_nums, q.write_queue_nums) for q in admin.route(t).queues]
                   for t in (created, expanded, larger)}
         [master] = admin.brokers(masters_only=True)
         assert admin.metadata(master.address).groups[group] == first_contact_ms, \
             "the standby knows the group, from its first contact on the primary"
+        [(_, held)] = admin.subscription_groups(group)
+        assert group_from_pb(held) == fifo and held.configured
     assert shapes == {created: [(8, 8)], expanded: [(8, 8)], larger: [(16, 16)]}
-    assert jobs.copy_config(primary["access_point"], standby["access_point"], (created,)) == ({}, {})
+    assert jobs.copy_config(primary["access_point"], standby["access_point"], (created,)) == ({}, {}, {})
 
 
 def heartbeat_alive(settings: Settings):

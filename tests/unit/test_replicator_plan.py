@@ -159,6 +159,16 @@ def test_translation_is_none_below_every_sync_and_a_replay_replaces_later_histor
     assert store.translate(queue, 9) == 21
 
 
+def test_subscription_changes_copy_each_group_as_the_source_configures_it():
+    source = {"broker-a": {"g": "A", "h": "H"}, "broker-b": {"g": "B", "k": "K"}}
+    target = {"broker-a": {"g": "A", "own": "O"}, "broker-c": {}}
+    assert plan.subscription_changes(source, target) == {
+        "broker-a": {"h": "H", "k": "K"},  # g as broker-a has it already; its own group stays
+        "broker-c": {"g": "A", "h": "H", "k": "K"}}  # no broker-c on the source: the first broker by name
+    assert plan.subscription_changes(source, {"broker-a": {"g": "A", "h": "H", "k": "K"}}) == {}
+    assert plan.subscription_changes({}, target) == {}
+
+
 def test_topic_changes_create_expand_and_never_shrink():
     source = {"broker-a": TopicShape(8, 8, 6), "broker-b": TopicShape(4, 4, 6)}
     target = {"broker-a": None, "broker-b": TopicShape(16, 16, 6), "broker-c": TopicShape(2, 2, 6)}

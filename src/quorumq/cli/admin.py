@@ -2,7 +2,8 @@
 Controller commands (getSyncStateSet, electMaster, ...) take `-a CONTROLLER` instead.
 
 Output is readable text, or JSON with --json. A failed command prints the error with its catalogue
-name and exits 1; sendMessage exits 0 only for SEND_OK.
+name and exits 1 (bad input too, refused before anything is sent); sendMessage exits 0 only for
+SEND_OK.
 """
 
 import argparse
@@ -16,11 +17,24 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
+from quorumq.client.admin import message_type_name
 from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.client.controller import ControllerClient, controller_addresses
 from quorumq.client.errors import FanOutError
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.controller_state import Code
+from quorumq.core.message_types import MESSAGE_TYPE_ATTRIBUTE, parse_attributes
+from quorumq.core.subscription import (
+    DEFAULT_RETRY_POLICY,
+    RETRY_MAX_TIMES_DEFAULT,
+    SubscriptionGroup,
+    group_data,
+    parse_bool,
+    parse_retry_max_times,
+    retry_policy_from_json,
+)
+from quorumq.errors import QuorumqError
+from quorumq.protocol.configs import group_from_pb, group_to_pb
 
 CONSUME_BATCH = 32
 TOOLS_GROUP = "TOOLS_CONSUMER"  # mqadmin's group for reading messages
@@ -79,31 +93,41 @@ GROUP = arg("-g", "--group", required=True)
 @command("updateTopic", "create or change a topic on brokers", TOPIC, *BROKER_OR_CLUSTER,
          arg("-r", "--read-queue-nums", type=int, default=8),
          arg("-w", "--write-queue-nums", type=int, default=8),
-         arg("-p", "--perm", type=int, default=6, help="4 read, 2 write, 6 read and write"))
+         arg("-p", "--perm", type=int, default=6, help="4 read, 2 write, 6 read and write"),
+         arg("-a", "--attributes", help="+message.type=TYPE (NORMAL, FIFO, DELAY, TRANSACTION, MIXED) sets the "
+                                        "topic's type, -message.type makes it NORMAL; without -a it is kept"))
 async def update_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
+    message_type = None
+    if args.attributes is not None:
+        message_type = parse_attributes(args.attributes)[MESSAGE_TYPE_ATTRIBUTE] or "NORMAL"
     addresses = await target_brokers(admin, args)
-    await admin.update_topic_on(addresses, args.topic, args.read_queue_nums, args.write_queue_nums, args.perm)
+    await admin.update_topic_on(addresses, args.topic, args.read_queue_nums, args.write_queue_nums, args.perm,
+                                message_type)
     data = {"topic": args.topic, "read_queue_nums": args.read_queue_nums,
-            "write_queue_nums": args.write_queue_nums, "perm": args.perm, "brokers": addresses}
+            "write_queue_nums": args.write_queue_nums, "perm": args.perm, "message_type": message_type,
+            "brokers": addresses}
+    shown = f", type {message_type}" if message_type else ""
     return Output(data, "\n".join(
         f"updated topic {args.topic} (read {args.read_queue_nums}, write {args.write_queue_nums}, "
-        f"perm {args.perm}) on {a}" for a in addresses))
+        f"perm {args.perm}{shown}) on {a}" for a in addresses))
 
 
-@command("topicList", "list the topics the name server knows")
+@command("topicList", "list the topics the name server knows, with their message types")
 async def topic_list(args: argparse.Namespace, admin: AdminClient) -> Output:
-    topics = await admin.topic_list()
-    return Output(topics, "\n".join(topics))
+    topics = await admin.topic_types()
+    return Output(topics, table(["topic", "message type"], [[topic, kind] for topic, kind in topics.items()]))
 
 
 @command("topicRoute", "show a topic's queues and brokers", TOPIC)
 async def topic_route(args: argparse.Namespace, admin: AdminClient) -> Output:
     route = await admin.route(args.topic)
     queues = [{"broker_name": q.broker_name, "read_queue_nums": q.read_queue_nums,
-               "write_queue_nums": q.write_queue_nums, "perm": q.perm} for q in route.queues]
+               "write_queue_nums": q.write_queue_nums, "perm": q.perm,
+               "message_type": message_type_name(q.message_type)} for q in route.queues]
     brokers = [{"cluster": b.cluster, "broker_name": b.broker_name,
                 "addresses": {str(i): a for i, a in sorted(b.addresses.items())}} for b in route.brokers]
-    text = table(["broker", "read queues", "write queues", "perm"], [list(q.values()) for q in queues])
+    text = table(["broker", "read queues", "write queues", "perm", "message type"],
+                 [list(q.values()) for q in queues])
     text += "\n\n" + table(["cluster", "broker", "id", "address"], [
         [b["cluster"], b["broker_name"], i, a] for b in brokers for i, a in b["addresses"].items()])
     return Output({"topic": route.topic, "queues": queues, "brokers": brokers}, text)
@@ -212,6 +236,64 @@ async def delete_topic(args: argparse.Namespace, admin: AdminClient) -> Output:
     return Output({"topic": args.topic, "brokers": addresses},
                   "\n".join([f"deleted topic {args.topic} on {a}" for a in addresses]
                             + [f"deleted the route of {args.topic} on the name server"]))
+
+
+# Subscription groups (mqadmin's updateSubGroup, deleteSubGroup, getConsumerConfig).
+
+@command("updateSubGroup", "create or replace a consumer group's subscription config on brokers (fields "
+         "left out get their defaults, as mqadmin's updateSubGroup)", GROUP, *BROKER_OR_CLUSTER,
+         arg("-s", "--consume-enable", default="true", help="true: the group may receive (default)"),
+         arg("-o", "--consume-message-orderly", default="false", help="true: the group is FIFO on FIFO topics"),
+         arg("-r", "--retry-max-times", default=str(RETRY_MAX_TIMES_DEFAULT),
+             help="redeliveries after the first, 0..64 (default 16)"),
+         arg("-p", "--group-retry-policy", help='JSON, e.g. {"type":"EXPONENTIAL","exponentialRetryPolicy":'
+                                                '{"initial":5000,"max":7200000,"multiplier":2}} or {"type":'
+                                                '"CUSTOMIZED","customizedRetryPolicy":{"next":[1000,5000]}}'))
+async def update_sub_group(args: argparse.Namespace, admin: AdminClient) -> Output:
+    group = SubscriptionGroup(
+        args.group, consume_enable=parse_bool(args.consume_enable, "-s"),
+        consume_message_orderly=parse_bool(args.consume_message_orderly, "-o"),
+        retry_max_times=parse_retry_max_times(args.retry_max_times),
+        retry_policy=DEFAULT_RETRY_POLICY if args.group_retry_policy is None
+        else retry_policy_from_json(args.group_retry_policy))
+    addresses = await target_brokers(admin, args)
+    await admin.update_subscription_group(addresses, group_to_pb(group))
+    data = group_data(group)
+    return Output({"group": data, "brokers": addresses},
+                  "\n".join([f"create subscription group to {a} success." for a in addresses]
+                            + [json.dumps(data)]))
+
+
+@command("deleteSubGroup", "drop a consumer group's subscription config on brokers (the group has the "
+         "defaults again; its offsets stay)", GROUP, *BROKER_OR_CLUSTER)
+async def delete_sub_group(args: argparse.Namespace, admin: AdminClient) -> Output:
+    addresses = await target_brokers(admin, args)
+    await admin.delete_subscription_group(addresses, args.group)
+    return Output({"group": args.group, "brokers": addresses},
+                  "\n".join(f"delete subscription group [{args.group}] from broker [{a}] success."
+                            for a in addresses))
+
+
+def consumer_config(config: pb.SubscriptionGroupConfig) -> dict[str, Any]:
+    """The fields mqadmin's getConsumerConfig prints, with RocketMQ's names, and whether the group
+    was configured (false: the defaults every group has)."""
+    return {**group_data(group_from_pb(config)), "configured": config.configured}
+
+
+@command("getConsumerConfig", "show a consumer group's subscription config on every master", GROUP,
+         arg("-c", "--cluster", help="only this cluster's brokers"))
+async def get_consumer_config(args: argparse.Namespace, admin: AdminClient) -> Output:
+    rows = [{"cluster": broker.cluster, "broker_name": broker.broker_name, "address": broker.address,
+             **consumer_config(config)} for broker, config in await admin.subscription_groups(args.group,
+                                                                                                  args.cluster)]
+    text = []
+    for row in rows:
+        text.append(f"============================={row['cluster']}:{row['broker_name']}=============================")
+        for key, value in row.items():
+            if key not in ("cluster", "broker_name", "address"):
+                shown = json.dumps(value) if isinstance(value, (bool, dict)) else value
+                text.append(f"{key:<40}=  {shown}")
+    return Output(rows, "\n".join(text))
 
 
 # Controller mode (mqadmin's controller commands).
@@ -350,7 +432,7 @@ async def execute(args: argparse.Namespace) -> int:
         print(fan_out_report(args, error))
         print(f"quorumq admin {args.admin_command}: {error}", file=sys.stderr)
         return 1
-    except ClientError as error:
+    except (ClientError, QuorumqError) as error:  # QuorumqError: input refused before anything was sent
         print(f"quorumq admin {args.admin_command}: {error}", file=sys.stderr)
         return 1
     print(json.dumps(output.data, indent=2) if args.json else output.text)

@@ -46,6 +46,11 @@ class AdminClient:
     async def topic_list(self) -> list[str]:
         return sorted((await self._call(self._namesrv().GetTopicList, pb.Empty())).topics)
 
+    async def topic_types(self) -> dict[str, str]:
+        """Every topic -> its message type (NORMAL, FIFO, DELAY, TRANSACTION or MIXED)."""
+        listed = await self._call(self._namesrv().GetTopicList, pb.Empty())
+        return {topic: message_type_name(kind) for topic, kind in zip(listed.topics, listed.message_types)}
+
     async def member_group(self, cluster: str, broker_name: str) -> pb.MemberGroup:
         request = pb.MemberGroupRequest(cluster=cluster, broker_name=broker_name)
         return await self._call(self._namesrv().GetBrokerMemberGroup, request)
@@ -61,17 +66,16 @@ class AdminClient:
     # One broker.
 
     async def update_topic(self, address: str, topic: str, read_queue_nums: int = 8,
-                           write_queue_nums: int = 8, perm: int = 6) -> None:
-        config = pb.TopicConfig(name=topic, read_queue_nums=read_queue_nums,
-                                write_queue_nums=write_queue_nums, perm=perm)
-        await self._call(self._broker(address).UpdateTopic, config)
+                           write_queue_nums: int = 8, perm: int = 6, message_type: str | None = None) -> None:
+        await self._call(self._broker(address).UpdateTopic,
+                         topic_config(topic, read_queue_nums, write_queue_nums, perm, message_type))
 
     async def update_topic_on(self, addresses: list[str], topic: str, read_queue_nums: int = 8,
-                              write_queue_nums: int = 8, perm: int = 6) -> None:
-        """Create or change a topic on each of the brokers."""
-        config = pb.TopicConfig(name=topic, read_queue_nums=read_queue_nums,
-                                write_queue_nums=write_queue_nums, perm=perm)
-        await self._on_each(addresses, "UpdateTopic", config)
+                              write_queue_nums: int = 8, perm: int = 6, message_type: str | None = None) -> None:
+        """Create or change a topic on each of the brokers; `message_type` (FIFO, ...) None keeps
+        the topic's (NORMAL for a new one)."""
+        await self._on_each(addresses, "UpdateTopic",
+                            topic_config(topic, read_queue_nums, write_queue_nums, perm, message_type))
 
     async def broker_config(self, address: str) -> dict[str, str]:
         return dict((await self._call(self._broker(address).GetBrokerConfig, pb.Empty())).entries)
@@ -119,6 +123,22 @@ class AdminClient:
         request = pb.ResetOffsetRequest(group=group, topic=topic, timestamp_ms=timestamp_ms)
         return await self._on_masters(cluster, "ResetOffsetByTime", request)
 
+    async def update_subscription_group(self, addresses: list[str], config: pb.SubscriptionGroupConfig) -> None:
+        """Replace a consumer group's subscription config on each of the brokers."""
+        await self._on_each(addresses, "UpdateSubscriptionGroup", config)
+
+    async def delete_subscription_group(self, addresses: list[str], group: str) -> None:
+        """Drop a consumer group's subscription config on each of the brokers (it has the defaults again)."""
+        await self._on_each(addresses, "DeleteSubscriptionGroup", pb.GroupRequest(group=group))
+
+    async def subscription_groups(self, group: str, cluster: str | None = None) \
+            -> list[tuple[pb.BrokerInfo, pb.SubscriptionGroupConfig]]:
+        """Per master (of the cluster, or of every cluster): the group's subscription config."""
+        masters = await self.brokers(cluster, masters_only=True)
+        answers = await self._on_each([b.address for b in masters], "GetSubscriptionGroup",
+                                      pb.GroupRequest(group=group))
+        return [(master, answers[master.address]) for master in masters]
+
     async def metadata(self, address: str) -> pb.BrokerMetadata:
         """One broker's topic configs, consumer groups and their positions."""
         return await self._call(self._broker(address).GetMetadata, pb.MetadataRequest())
@@ -161,3 +181,15 @@ class AdminClient:
 
     async def _call(self, method: Any, request: Any) -> Any:
         return await call(method, request, self._timeout_s, self._channels.metadata)
+
+
+def message_type_name(kind: int) -> str:
+    """A topic's message type as mqadmin names it; unset is a broker's before message types: NORMAL."""
+    return "NORMAL" if kind == pb.MESSAGE_TYPE_UNSET else pb.TopicMessageType.Name(kind)
+
+
+def topic_config(topic: str, read_queue_nums: int, write_queue_nums: int, perm: int,
+                 message_type: str | None) -> pb.TopicConfig:
+    return pb.TopicConfig(name=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm,
+                          message_type=pb.MESSAGE_TYPE_UNSET if message_type is None
+                          else pb.TopicMessageType.Value(message_type))

@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import os
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -21,6 +22,7 @@ from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Route
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core import codec
 from quorumq.core.message_rules import check_body, stored_properties
+from quorumq.core.message_types import fifo_queue
 from quorumq.errors import Error, QuorumqError
 
 SEND_OK = "SEND_OK"
@@ -43,6 +45,10 @@ class Message:
     # to the same queue, it is answered from the first copy, within the broker's recent ids
     # (limits.RECENT_MESSAGE_IDS_MAX), even by a master elected since: an idempotent resend.
     message_id: str = ""
+    # A FIFO message's group (at most limits.MESSAGE_GROUP_LENGTH_MAX characters), for a FIFO or
+    # MIXED topic: every message of a group goes to the queue the broker assigns the group
+    # (core/message_types.py fifo_queue), in the order sent (send_batch).
+    message_group: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.keys, str):  # one key given bare
@@ -56,6 +62,8 @@ class Message:
             size += sum(len(k) for k in self.keys)
         if self.properties:
             size += sum(len(k) + len(v) for k, v in self.properties.items())
+        if self.message_group:
+            size += len(self.message_group)
         return size
 
 
@@ -153,16 +161,43 @@ class Producer:
         and only each request keeps its order. With queue_id every message goes to that queue (on
         broker_name, or the first broker by name that has it) and is stored in the order given: the
         requests go one after another, since the broker may handle requests in flight in any order.
-        Per-message failures come back as results: a message that breaks a rule here, or a request
-        the broker refused (it stores a request's messages all or none). A request no broker
-        answers raises ClientError.
+        Without queue_id, messages with a message_group go to their group's queue, each group's in
+        the order given (with queue_id the broker refuses a group that queue is not for).
+        Per-message failures come back as results: a message that
+        breaks a rule here, or a request the broker refused (it stores a request's messages all or
+        none). A request no broker answers raises ClientError.
         """
+        if queue_id is None and any(message.message_group is not None for message in messages):
+            return await self._send_by_group(topic, messages, broker_name)
         runs = batches(messages, self._batch_messages, limits.BATCH_BYTES_MAX)
         if queue_id is None:
             sent = await asyncio.gather(*(self._send_run(topic, run, None, broker_name) for run in runs))
         else:
             sent = [await self._send_run(topic, run, queue_id, broker_name) for run in runs]
         return [result for run_results in sent for result in run_results]
+
+    async def _send_by_group(self, topic: str, messages: Sequence[Message],
+                             broker_name: str | None) -> list[SendResult]:
+        """Each message with a group to its group's queue: a broker chosen by a hash of the group
+        (another than the queue's, so that a broker's queues all get groups), the queue the broker
+        assigns among its write queues; each queue's messages in order, the queues side by side.
+        Messages without a group go round robin."""
+        writable = await self._writable(topic, broker_name)
+        brokers = sorted({queue.broker_name for queue in writable})
+        write_queues = {broker: len({q.queue_id for q in writable if q.broker_name == broker}) for broker in brokers}
+        destinations: dict[tuple[int | None, str | None], list[int]] = {}  # (queue id, broker) -> messages
+        for index, message in enumerate(messages):
+            destination = (None, broker_name)
+            if message.message_group is not None:
+                broker = brokers[zlib.crc32(message.message_group.encode()) % len(brokers)]
+                destination = (fifo_queue(message.message_group, write_queues[broker]), broker)
+            destinations.setdefault(destination, []).append(index)
+        sent = await asyncio.gather(*(self.send_batch(topic, [messages[index] for index in indexes], *destination)
+                                      for destination, indexes in destinations.items()))
+        results: dict[int, SendResult] = {}
+        for indexes, answers in zip(destinations.values(), sent):
+            results.update(zip(indexes, answers))
+        return [results[index] for index in range(len(messages))]
 
     async def _send_run(self, topic: str, messages: Sequence[Message], queue_id: int | None,
                         broker_name: str | None) -> list[SendResult]:
@@ -223,19 +258,23 @@ class Producer:
     async def _pick_queue(self, topic: str, queue_id: int | None, broker_name: str | None) -> RouteQueue:
         if queue_id is not None:
             return await self._routes.find(topic, queue_id, broker_name)
+        writable = await self._writable(topic, broker_name)
+        return writable[next(self._next_queue) % len(writable)]
+
+    async def _writable(self, topic: str, broker_name: str | None) -> list[RouteQueue]:
         queues = await self._routes.queues(topic)
         writable = [q for q in queues if q.writable and broker_name in (None, q.broker_name)]
         if not writable:
             name = "NO_PERMISSION" if queues else "TOPIC_NOT_FOUND"
             raise ClientError(name, f"topic {topic} has no writable queue")
-        return writable[next(self._next_queue) % len(writable)]
+        return writable
 
 
 def _encoded_properties(message: Message, message_id: str) -> bytes:
     """The message's properties as the broker stores them, after the rules the broker applies."""
     check_body(message.body, limits.MESSAGE_BODY_BYTES_CEILING)  # the broker checks its maxMessageSize
     return codec.encode_properties(stored_properties(message_id, message.properties, message.tag or None,
-                                                     message.keys))
+                                                     message.keys, message_group=message.message_group))
 
 
 def _record(response: pb.SendBatchResponse, queue: RouteQueue, accepted: list[tuple[int, bytes, bytes]],

@@ -1,7 +1,8 @@
 """The replicator's decisions, free of I/O: source offsets as JSON, how much each queue may read in
 one micro-batch, which destination queue a source queue writes to, the loop check, the replay
 de-duplication cut, the translation of consumer-group offsets through offset syncs, which groups the
-checkpoint job may move, and what the config job changes on the target (topics and consumer groups).
+checkpoint job may move, and what the config job changes on the target (topics, consumer groups and
+their subscription configs).
 
 A queue is named by a `QueueKey` (topic, broker name, queue id); it never travels as a joined string,
 since broker names may contain any character a joiner would use.
@@ -9,7 +10,7 @@ since broker names may contain any character a joiner would use.
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence, TypeVar
 from urllib.parse import unquote
 
 from quorumq import limits
@@ -253,6 +254,28 @@ def group_changes(source: Mapping[str, Mapping[str, int]],
         missing = {group: ms for group, ms in sorted(earliest.items()) if group not in known}
         if missing:
             changes[broker] = missing
+    return changes
+
+
+Config = TypeVar("Config")
+
+
+def subscription_changes(source: Mapping[str, Mapping[str, Config]],
+                         target: Mapping[str, Mapping[str, Config]]) -> dict[str, dict[str, Config]]:
+    """What the config job sets on each target master (broker name -> group -> its subscription
+    config) for the groups the source's masters configured: each as the source broker of the same
+    name has it, else as the first source broker by name that has it, as topics go. A group the
+    target holds alike is left as it is; one the source does not configure (deleted there, or the
+    target's own) stays as the target has it. Brokers with nothing to set do not appear."""
+    first: dict[str, Config] = {}
+    for broker in sorted(source, reverse=True):  # the first broker by name wins
+        first.update(source[broker])
+    changes = {}
+    for broker, held in target.items():
+        wanted = {**first, **source.get(broker, {})}
+        differing = {group: config for group, config in sorted(wanted.items()) if held.get(group) != config}
+        if differing:
+            changes[broker] = differing
     return changes
 
 

@@ -20,12 +20,14 @@ from quorumq.broker.send_path import PutResult
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.put_status import PutStatus
+from quorumq.core.subscription import SubscriptionGroup
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.v5 import (
     NO_NEW_MESSAGE,
     OK,
     UnservedMessagingService,
+    backoff_policy,
     error_status,
     group_name,
     route_response,
@@ -42,6 +44,7 @@ CODE_OK = v5.Code.OK  # enum look-ups through the generated wrapper are slow on 
 POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
 ANSWER_MARGIN_S = 0.2  # end a send's flush and replica waits this long before the client's deadline
 LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
+_NO_GROUP = "-"  # settings that name no group get the defaults of a group
 
 
 def failure_status(exc: Exception, handler_name: str) -> v5.Status:
@@ -182,16 +185,18 @@ class MessagingService(UnservedMessagingService):
                 reply.backoff_policy.exponential_backoff.max.FromSeconds(1)
                 reply.backoff_policy.exponential_backoff.multiplier = 2.0
         elif settings.HasField("subscription"):
+            # The group's subscription config (RocketMQ's defaults for one never configured).
             subscription = reply.subscription
+            group = SubscriptionGroup(_NO_GROUP)
             if subscription.HasField("group") and subscription.group.name:
-                self.broker.consumers.touch(group_name(subscription.group))
-            subscription.fifo = False
-            subscription.receive_batch_size = 32
+                name = group_name(subscription.group)
+                self.broker.consumers.touch(name)
+                group = self.broker.consumers.group(name)
+            subscription.fifo = group.consume_message_orderly
+            subscription.receive_batch_size = limits.CONSUMER_RECEIVE_BATCH_SIZE
             if not subscription.HasField("long_polling_timeout"):
-                subscription.long_polling_timeout.FromSeconds(20)
-            reply.backoff_policy.max_attempts = 16
-            reply.backoff_policy.customized_backoff.next.extend(
-                Duration(seconds=seconds) for seconds in (1, 5, 10, 30, 60, 120, 300, 600))
+                subscription.long_polling_timeout.FromSeconds(limits.LONG_POLL_SECONDS_DEFAULT)
+            reply.backoff_policy.CopyFrom(backoff_policy(group))
         return reply
 
     @answers(v5s.NotifyClientTerminationResponse)
@@ -271,6 +276,9 @@ class MessagingService(UnservedMessagingService):
 
     async def _receive(self, request, context) -> list[v5.Message]:
         group = group_name(request.group)
+        if not self.broker.consumers.group(group).consume_enable:  # the v5 code RocketMQ's proxy gives NO_PERMISSION
+            raise QuorumqError(Error.NO_PERMISSION, f"subscription group {group} no permission: its consumeEnable "
+                                                    "is false (updateSubGroup -s true allows it)")
         topic = topic_name(request.message_queue.topic)
         tags = messages.tag_filter(request.filter_expression)
         batch = min(max(request.batch_size, 1), limits.RECEIVE_BATCH_MAX)

@@ -70,7 +70,8 @@ class NameServerService(pb_grpc.NameServerServicer):
         return self.registry.member_group(request.cluster, request.broker_name)
 
     async def GetTopicList(self, request, context):
-        return pb.TopicList(topics=self.registry.topic_list())
+        topics = self.registry.topic_types()
+        return pb.TopicList(topics=[name for name, _ in topics], message_types=[kind for _, kind in topics])
 
     async def DeleteTopic(self, request, context):
         self.registry.delete_topic(request.topic)

@@ -166,6 +166,14 @@ class RouteRegistry:
     def topic_list(self) -> list[str]:
         return sorted(set().union(*(entry.topics for entry in self.brokers.values())))
 
+    def topic_types(self) -> list[tuple[str, int]]:
+        """Every topic with its message type (cluster.proto TopicMessageType), by name: a master's
+        where the brokers holding it differ."""
+        types: dict[str, int] = {}
+        for key in sorted(self.brokers, reverse=True):  # each broker name's master (id 0) last: it wins
+            types.update((topic, shape[3]) for topic, shape in self.brokers[key].topics.items())
+        return sorted(types.items())
+
     def delete_topic(self, topic: str) -> None:
         """Forget a topic the admin deleted on its brokers (they stop listing it themselves)."""
         for entry in self.brokers.values():

@@ -12,6 +12,7 @@ from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.message_rules import check_name
 from quorumq.core.message_types import ACCEPTED, TopicMessageType
+from quorumq.core.subscription import EXPONENTIAL, SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
 from quorumq.listen import RequestBound
 from quorumq.protocol.constants import MASTER_ID, PERM_READ, PERM_WRITE
@@ -118,6 +119,21 @@ def route_response(route: pb.TopicRoute | None, topic: v5.Resource) -> v5s.Query
     if not queues:
         return v5s.QueryRouteResponse(status=status(Error.TOPIC_NOT_FOUND, f"no route for topic {topic.name}"))
     return v5s.QueryRouteResponse(status=OK, message_queues=queues)
+
+
+def backoff_policy(group: SubscriptionGroup) -> v5.RetryPolicy:
+    """The Telemetry back-off policy of a group's consumers (RocketMQ's GrpcClientSettingsManager):
+    max_attempts = retryMaxTimes + 1, and its retry policy's back-offs."""
+    policy = group.retry_policy
+    reply = v5.RetryPolicy(max_attempts=group.max_attempts)
+    if policy.kind == EXPONENTIAL:
+        reply.exponential_backoff.initial.FromMilliseconds(policy.initial_ms)
+        reply.exponential_backoff.max.FromMilliseconds(policy.max_ms)
+        reply.exponential_backoff.multiplier = policy.multiplier
+    else:
+        for backoff_ms in policy.next_ms:
+            reply.customized_backoff.next.add().FromMilliseconds(backoff_ms)
+    return reply
 
 
 # RPCs no quorumq process serves yet, and why.

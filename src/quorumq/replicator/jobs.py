@@ -7,7 +7,8 @@
 - checkpoint: translates consumer-group offsets from the source to the target through the offset
   syncs the replicate sink writes with each batch, for groups with no live consumer on the target;
 - config: copies topics (queue numbers, permission) to the target, created or expanded, never shrunk,
-  and the consumer groups the source knows (access rules too, once quorumq brokers have them).
+  the consumer groups the source knows and their subscription configs (access rules too, once
+  quorumq brokers have them).
 
 The small jobs run on the driver from `foreachBatch` of Spark's `rate` source, so they too get a
 trigger, progress and restart handling from Spark.
@@ -24,6 +25,8 @@ from quorumq import limits
 from quorumq.client import Blocking, ClientError, PullConsumer
 from quorumq.core import replicator as plan
 from quorumq.core.replicator import OffsetSync, OffsetSyncStore, QueueKey, TopicShape
+from quorumq.core.subscription import SubscriptionGroup
+from quorumq.protocol.configs import group_from_pb, group_to_pb
 from quorumq.replicator import clients
 from quorumq.replicator.datasource import FORMAT
 from quorumq.store.atomic_file import write_atomically
@@ -174,11 +177,28 @@ def copy_groups(source: str, target: str) -> dict[str, dict[str, int]]:
     return changes
 
 
-def copy_config(source: str, target: str, topics: tuple[str, ...]) -> tuple[dict[str, dict[str, TopicShape]],
-                                                                         dict[str, dict[str, int]]]:
-    """One run of the config job: the topics, then the consumer groups; the changes made. Access
-    rules are not copied: quorumq brokers have none yet (aclEnable is accepted but unused)."""
-    return copy_topics(source, target, topics), copy_groups(source, target)
+def copy_subscriptions(source: str, target: str) -> dict[str, dict[str, SubscriptionGroup]]:
+    """Make every master of the target hold the subscription configs the source's masters hold
+    (core.replicator.subscription_changes), as updateSubGroup would; the configs set, by target
+    broker name."""
+    source_groups, target_groups = ({broker: {config.group_name: group_from_pb(config)
+                                              for config in data.subscription_groups}
+                                     for broker, data in _master_metadata(side).items()} for side in (source, target))
+    changes = plan.subscription_changes(source_groups, target_groups)
+    target_masters = _masters(target)
+    for broker, groups in changes.items():
+        for group in groups.values():
+            clients.admin(target).update_subscription_group([target_masters[broker]], group_to_pb(group))
+        log.info("config: %s of the target now has the subscription configs of %s", broker, ", ".join(groups))
+    return changes
+
+
+def copy_config(source: str, target: str, topics: tuple[str, ...]) \
+        -> tuple[dict[str, dict[str, TopicShape]], dict[str, dict[str, int]], dict[str, dict[str, SubscriptionGroup]]]:
+    """One run of the config job: the topics, then the consumer groups and their subscription
+    configs; the changes made. Access rules are not copied: quorumq brokers have none yet
+    (aclEnable is accepted but unused)."""
+    return copy_topics(source, target, topics), copy_groups(source, target), copy_subscriptions(source, target)
 
 
 def ensure_system_topic(access_point: str, topic: str) -> None:
