@@ -89,11 +89,14 @@ REQUEST_OTHER_FIELDS_MAX = 16
 # (each field takes 2 bytes at least) has its messages' fields counted, each message's walk
 # stopping past this: a SendMessage parses into at most about 200,000 fields (15 MB).
 MESSAGE_FIELDS_MAX = PROPERTY_COUNT_MAX + KEYS_PER_MESSAGE_MAX + 32
-# The peak RSS (VmHWM) a broker stays under while tests/integration/test_request_bounds.py sends it
-# the hostile requests above, seven at once (three SendMessages of 2M empty messages, 1M empty keys,
-# 300k ack entries, requests past each byte limit): 70 to 90 MiB measured, 398 MiB before these
-# bounds (docs/client-protocol.md#request-sizes).
-HOSTILE_REQUESTS_RSS_BYTES_MAX = 256 * MiB
+# The peak RSS (VmHWM) a broker and its name server stay under while tests send them hostile input
+# (docs/client-protocol.md#limits): tests/integration/test_request_bounds.py the requests above,
+# seven at once (70 to 90 MiB measured, 398 MiB before these bounds), and
+# tests/integration/test_hostile_load.py every input of issue 19 at once at a reduced scale, with
+# 16 MiB of unread answers at most (grpcPendingAnswerBytesTotal; a server holds about twice its
+# total beside this): 150 to 170 MiB measured for the broker, 78 MiB for the name server (340 MiB
+# before its registrations were counted unparsed).
+HOSTILE_LOAD_RSS_BYTES_MAX = 256 * MiB
 
 
 # Work queues.
@@ -209,7 +212,8 @@ def connections_max(soft_open_files: int) -> int:
     ones made new ones time out, and each holds a file descriptor. As many as consume-queue files
     may be open, a quarter of the soft RLIMIT_NOFILE: sockets and queue files together take at most
     half the descriptors, and the rest stays for commit-log segments, the JSON stores and the
-    server's own connections (a fixed 1,024 connections took every descriptor under `ulimit -n 1024`)."""
+    server's own connections (with a fixed 1,024, 256 silent connections made every topic write
+    fail under `ulimit -n 256`)."""
     return queue_files_open_max(soft_open_files)
 
 

@@ -119,7 +119,7 @@ def test_hostile_requests_are_refused_unparsed_and_the_broker_stays_small(start_
 
         send_some("after", 20)
         peak = peak_rss_bytes(broker["pid"])
-        assert peak < limits.HOSTILE_REQUESTS_RSS_BYTES_MAX, f"broker peak RSS {peak >> 20} MiB"
+        assert peak < limits.HOSTILE_LOAD_RSS_BYTES_MAX, f"broker peak RSS {peak >> 20} MiB"
     finally:
         producer.shutdown()
         channel.close()
