@@ -9,7 +9,9 @@ import signal
 import time
 import uuid
 
-from harness import check_for, pid_alive, resume, start_process, stop_process
+from rocketmq.grpc_protocol import definition_pb2 as v5
+
+from harness import check_for, pid_alive, resume, start_process, stop_process, v5_message, v5_send
 from quorumq.client import AdminClient, Blocking, Message, Producer, PullConsumer, SendResult
 
 SETTLE_S = 60.0  # restarting replicas and letting the master count them in sync again
@@ -102,6 +104,19 @@ class ReplicaGroupBase:
         for broker in self.topic_brokers():
             self.admin.update_topic(broker["address"], topic, read_queue_nums=1, write_queue_nums=1)
         return topic
+
+    def assert_no_topic_made(self, refused: str, topic_count: str) -> None:
+        """After a send to the new topic `refused` was refused: the master still holds `topic_count`
+        topics, and once a send to another new topic has made and registered that one, the name
+        server does not list `refused`. (A route it would give: with autoCreateTopicEnable, any
+        topic is routed to the brokers that would make it.) The master must take sends by then."""
+        assert self.status()["topicCount"] == topic_count, f"the refused send made {refused}"
+        made = new_topic()
+        response = v5_send(self.current_master()["address"], v5_message(made, b"made"))
+        assert response.status.code == v5.Code.OK, response.status
+        listed = check_for(SETTLE_S, 0.1, lambda: made in (names := self.admin.topic_list()) and names,
+                           f"{made} registered")
+        assert refused not in listed, f"the refused send made {refused}"
 
     def send_message(self, topic: str, body: bytes) -> SendResult:
         """One send to queue 0."""

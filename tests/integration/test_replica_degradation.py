@@ -25,7 +25,7 @@ import grpc
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-from harness import LocalCluster, check_for, frozen, start_process, stop_process
+from harness import LocalCluster, check_for, frozen, start_process, stop_process, v5_message, v5_send
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
@@ -139,6 +139,17 @@ class TestTwoReplicas:
         start_process(pair.slaves[0])
         pair.wait_status(aliveReplicas=2, slaves="1")
         assert set(pair.admin.member_group(cluster_name, "broker-a").addresses) == {0, 1}
+
+    def test_a_send_refused_for_too_few_in_sync_replicas_creates_no_topic(self, pair):
+        """Admission comes before auto-creation (autoCreateTopicEnable is on): a send to a new topic
+        that the master refuses up front leaves the topic on no broker and in no route."""
+        pair.kill(*pair.slaves)
+        pair.wait_status(slaves="", inSyncReplicas=1)
+        refused, topics = new_topic(), pair.status()["topicCount"]
+        response = v5_send(pair.master["address"], v5_message(refused, b"refused"))
+        assert NOT_ENOUGH in response.status.message, response.status
+        pair.configure(inSyncReplicas=1)  # the master alone is enough now: a send makes its topic
+        pair.assert_no_topic_made(refused, topics)
 
     @pytest.mark.parametrize("auto", [True, False], ids=["auto", "no-auto"])
     def test_scenario_10_lagging_slave_is_out_of_sync(self, pair, auto):

@@ -17,6 +17,7 @@ import random
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from harness import (
     v5_message,
     v5_send,
 )
+from quorumq import limits
 from quorumq.client import (
     Blocking,
     ClientError,
@@ -121,9 +123,11 @@ def stop_cluster(cluster: LocalCluster) -> None:
 @pytest.fixture(scope="module")
 def quorum_cluster(tmp_path_factory):
     """broker-a: a SYNC_MASTER and one slave, totalReplicas=inSyncReplicas=2, SYNC_FLUSH, a short
-    slaveTimeout."""
+    slaveTimeout. A stopped slave stays connected for a minute (haHousekeepingInterval): the pending
+    bound's test fills the master's pending sends while it does."""
     cluster = LocalCluster(tmp_path_factory.mktemp("quorum"), replicas=2, sets={
-        **COMMON_SETTINGS, **QUORUM_LIVE, "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"})
+        **COMMON_SETTINGS, **QUORUM_LIVE, "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
+        "haHousekeepingInterval": "60000"})
     try:
         yield cluster.start()
     finally:
@@ -284,6 +288,33 @@ def test_send_to_a_slave_is_refused_and_nothing_is_stored(quorum_group):
     for key in ("commitLogMaxOffset", "msgPutTotal", "topicCount"):
         assert after[key] == before[key], (key, before, after)
     assert topic not in g.admin.topic_list()
+
+
+# Admission before auto-creation: the pending bound.
+
+def test_a_send_refused_for_too_many_pending_messages_creates_no_topic(quorum_group):
+    """With PENDING_SEND_MESSAGES_MAX messages waiting for a silent slave's ack, a send to a new topic
+    is refused (TOO_MANY_REQUESTS) and leaves the topic on no broker and in no route
+    (autoCreateTopicEnable is on). The batches then complete once the slave resumes."""
+    g = quorum_group
+    topic, refused = g.new_topic(), new_topic()
+    batches, batch = 20, limits.PENDING_SEND_MESSAGES_MAX // 20
+    g.configure(slaveTimeout=60_000)  # the batches keep waiting while the test looks
+    topics = g.status()["topicCount"]
+    os.kill(g.slave["pid"], signal.SIGSTOP)  # connected but silent: every batch waits for its ack
+    try:
+        with closing(Blocking(Producer, g.cluster["access_point"], window=batches, timeout_s=90.0)) as producer, \
+                ThreadPoolExecutor(batches) as pool:
+            waiting = [pool.submit(producer.send_batch, topic, [Message(b"p") for _ in range(batch)], queue_id=0)
+                       for _ in range(batches)]
+            g.wait_status(pendingMessages=limits.PENDING_SEND_MESSAGES_MAX)
+            response = v5_send(g.master["address"], v5_message(refused, b"refused"))
+            resume(g.slave)
+            assert {result.status for future in waiting for result in future.result()} == {"SEND_OK"}
+    finally:
+        resume(g.slave)
+    assert "TOO_MANY_REQUESTS" in response.status.message, response.status
+    g.assert_no_topic_made(refused, topics)
 
 
 # Live change of inSyncReplicas with `quorumq admin updateBrokerConfig`.
