@@ -14,18 +14,21 @@ elect.
 
 A send that auto-creates its topic is acknowledged once the members hold the topic, as an
 operator's topic update is: a slave learns topics only from its master's metadata, never from
-the log, so an acknowledged message of a topic the elected slave never heard of could not be read."""
+the log, so an acknowledged message of a topic the elected slave never heard of could not be read.
+
+A send answered after its master was deposed carries the master epoch that stored it, not the one
+the broker learnt while the send waited."""
 
 import os
 import signal
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 from controller_group import FAILOVER_S, SEND_OK, SETTLE_S, started_group
 from harness import check_for, free_base_port, log_end, log_since, start_process, stop_process
 from network import DOWN, Network
-from quorumq.client import ClientError, Message
+from quorumq.client import Blocking, ClientError, Message, Producer
 from quorumq.client.controller import CALL_TIMEOUT_S
 
 
@@ -163,3 +166,28 @@ def test_a_send_that_creates_its_topic_is_acknowledged_once_the_members_hold_the
         assert group.master() in slaves
         assert check_for(SETTLE_S, 0.2, lambda: group.bodies(healed), "the new master serving") == [b"healed"]
         assert group.bodies(refused) == [b"refused"]
+
+
+def test_a_send_answered_after_its_master_was_deposed_carries_the_epoch_that_stored_it(tmp_path):
+    """The master of epoch E stores a send that waits for its slaves (its replication link holds
+    every byte) and is cut off from the controllers, which elect a slave at a newer epoch. Its
+    links back, the old master follows the new one and answers the waiting send: for epoch E."""
+    with proxied_group(tmp_path, *(f"{index}:slaveTimeout=60000" for index in range(3))) as (group, network):
+        topic, master = group.new_topic(), group.master()
+        stored_by = group.send_message(topic, b"before").master_epoch
+        network.impair(network.links_of(master["address"], "slaves")
+                       + network.links_of(master["address"], "controllers"))
+        with closing(Blocking(Producer, group.cluster["access_point"], timeout_s=SETTLE_S)) as producer, \
+                ThreadPoolExecutor(1) as pool:
+            try:
+                sent = pool.submit(producer.send, topic, Message(b"waits"), queue_id=0)
+                check_for(SETTLE_S, 0.05, lambda: group.status(master)["pendingMessages"] == "1",
+                          "the send stored and waiting for the slaves")
+                check_for(FAILOVER_S, 0.1, lambda: any(group.says_master(broker) for broker in group.brokers
+                                                       if broker is not master), "another broker elected")
+            finally:
+                network.heal()
+            result = sent.result()
+        assert group.status(master)["brokerRole"] == "SLAVE"
+        assert group.master()["address"] != master["address"]
+        assert result.master_epoch == stored_by, result

@@ -2,8 +2,9 @@
 than the last one its log holds, and that floor survives a restart (the epoch file, not the
 process's memory); what a role change does to work in flight (a SyncStateSet proposal, a
 consumer commit waiting for the members); and when a slave may join as far as metadata goes
-(core/sync_state.py decision 5); the master epoch a send is answered with. Runs the broker
-object on a real store, as the controller link drives it."""
+(core/sync_state.py decision 5). Runs the broker object on a real store, as the controller link
+drives it. The master epoch a send is answered with after its master was deposed is checked as a
+user sees it, in tests/chaos/test_controller_links.py."""
 
 import asyncio
 
@@ -14,12 +15,9 @@ from quorumq.broker.broker import Broker
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config, Kind
-from quorumq.core import codec
 from quorumq.core.quorum import BrokerRole
 from quorumq.core.role import Registered
-from quorumq.endpoint.writer import MessageWriterService
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import MessageIn
 
 OTHER_MASTER = (2, "127.0.0.1:1")  # a master that is never reached: only the role change is looked at
 
@@ -162,39 +160,3 @@ async def test_commits_wait_for_a_joining_slave_until_its_join_lapses(open_broke
     assert not commit.done(), "a commit made while slave 3 joins waits for it"
     await asyncio.wait_for(commit, 1)
     assert not broker.metadata_joined(3), "its join lapsed: commits were answered without it"
-
-
-class CallWithoutDeadline:
-    """The one thing SendBatch asks of its gRPC context: the client set no deadline."""
-
-    @staticmethod
-    def time_remaining() -> None:
-        return None
-
-
-def record(topic: str, body: bytes) -> bytes:
-    properties = codec.encode_properties({"UNIQ_KEY": body.hex()})
-    size = codec.record_size(topic.encode(), b"127.0.0.1:1", properties, body)
-    encoded = bytearray(size)
-    codec.encode_record(memoryview(encoded), 0, size, topic.encode(), 0, 0, 0, 1, b"127.0.0.1:1", 0, properties, body)
-    return bytes(encoded)
-
-
-async def test_a_send_answered_after_its_master_was_deposed_carries_the_epoch_that_stored_it(open_broker):
-    """The master of epoch 3 stores a send that waits for member 2; the controller names another
-    master at epoch 4 before member 2 acknowledges. The answer speaks for epoch 3, not 4."""
-    broker = await open_broker()
-    assert await broker.become_master(3, frozenset({1, 2}), 1)
-    writer = MessageWriterService(broker)
-    send = asyncio.create_task(writer.SendBatch(
-        pb.SendBatchRequest(topic="Epochs", queue_id=0, records=record("Epochs", b"a"), count=1),
-        CallWithoutDeadline()))
-    put = asyncio.create_task(broker.put([MessageIn(topic="Epochs", queue_id=0, body=b"b", properties={},
-                                                    born_timestamp_ms=1, born_host="127.0.0.1:1")]))
-    await async_check_for(1, 0.005, lambda: broker.sends.pending_messages == 2, "both sends stored")
-    assert not send.done() and not put.done(), "the sends wait for member 2"
-    assert await broker.become_slave(4, *OTHER_MASTER)
-    answer = await asyncio.wait_for(send, 1)
-    assert (answer.status, answer.master_epoch) == ("FLUSH_SLAVE_TIMEOUT", 3)
-    [result] = await asyncio.wait_for(put, 1)  # what the v5 SendMessage answers from
-    assert (result.status.send_status, result.master_epoch) == ("FLUSH_SLAVE_TIMEOUT", 3)
