@@ -133,11 +133,11 @@ REGISTRATION_QUEUES_MAX = QUEUES_PER_BROKER_MAX
 # and the few dozen of a large RocketMQ cluster, and it bounds the name server's memory at this many
 # registrations of REGISTRATION_BYTES_MAX (each kept as a topic index, not the request itself).
 NAMESRV_REGISTRATIONS_MAX = 128
-# One topic's entry in a registration at its largest (a 127-byte name, 1024 queues, its tags and
-# lengths), and the registration's other fields at their longest (names, 255-byte hosts, under 1 KiB).
-REGISTRATION_TOPIC_BYTES_MAX = 140
+# One topic's entry in a registration at its largest (a 127-byte name, 1024 queues, its message
+# type, its tags and lengths), and the registration's other fields at their longest (names, 255-byte hosts, under 1 KiB).
+REGISTRATION_TOPIC_BYTES_MAX = 142
 REGISTRATION_FIELDS_BYTES_MAX = 4 * KiB
-# The name server's gRPC receive limit: the largest legal registration fits (8.75 MiB, where gRPC's
+# The name server's gRPC receive limit: the largest legal registration fits (8.9 MiB, where gRPC's
 # default 4 MiB refused a broker of 30,000 long-named topics); anything larger breaks a limit above.
 REGISTRATION_BYTES_MAX = REGISTRATION_TOPICS_MAX * REGISTRATION_TOPIC_BYTES_MAX + REGISTRATION_FIELDS_BYTES_MAX
 

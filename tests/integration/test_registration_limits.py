@@ -36,7 +36,7 @@ def test_the_largest_registration_is_routed_and_a_larger_one_refused(shared_clus
     largest = pb.BrokerRegistration(cluster="Largest", broker_name="largest", broker_id=0, address="127.0.0.1:1",
                                     role="ASYNC_MASTER", default_queue_nums=queues, perm=6)
     largest.topics.extend(pb.TopicConfig(name=f"t{number:0{limits.NAME_LENGTH_MAX - 1}d}", read_queue_nums=queues,
-                                         write_queue_nums=queues, perm=6)
+                                         write_queue_nums=queues, perm=6, message_type=pb.MIXED)
                           for number in range(limits.REGISTRATION_TOPICS_MAX))
     assert largest.ByteSize() > GRPC_DEFAULT_RECEIVE_BYTES  # what the name server refused before
     last_topic = largest.topics[-1].name
