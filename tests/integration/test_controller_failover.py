@@ -50,8 +50,11 @@ from harness import (
 )
 from quorumq.client import Blocking, ClientError, Message, Producer, PullConsumer, SendResult
 from quorumq.client.errors import FanOutError
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.controller.service import NEW_LEADER_GRACE_S
+from quorumq.core.subscription import CUSTOMIZED, RetryPolicy, SubscriptionGroup
 from quorumq.limits import SLAVE_TIMEOUT_MS_DEFAULT
+from quorumq.protocol.configs import group_from_pb, group_to_pb
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +285,23 @@ def test_an_acknowledged_topic_update_survives_the_masters_sigkill(group):
     check_for(FAILOVER_S, 0.1, lambda: group.master() is not master, "a new master")
     topics = {config.name: config for config in group.admin.metadata(group.master()["address"]).topics}
     assert topic in topics and topics[topic].write_queue_nums == 2
+
+
+def test_an_acknowledged_subscription_group_and_topic_type_survive_the_masters_sigkill(group):
+    """Issue 20: a subscription group update and a topic's message type are answered once every
+    SyncStateSet member has applied them, as a topic update is, so a new master has both."""
+    master = group.master()
+    topic, consumer_group = f"T{uuid.uuid4().hex[:10]}", f"G{uuid.uuid4().hex[:8]}"
+    fifo = SubscriptionGroup(consumer_group, consume_message_orderly=True, retry_max_times=2,
+                             retry_policy=RetryPolicy(CUSTOMIZED, next_ms=(1000, 2000)))
+    group.admin.update_subscription_group([master["address"]], group_to_pb(fifo))
+    group.admin.update_topic(master["address"], topic, read_queue_nums=2, write_queue_nums=2, message_type="FIFO")
+    stop_process(master, signal.SIGKILL)
+    check_for(FAILOVER_S, 0.1, lambda: group.master() is not master, "a new master")
+    [(_, held)] = group.admin.subscription_groups(consumer_group)
+    assert held.configured and group_from_pb(held) == fifo
+    topics = {config.name: config for config in group.admin.metadata(group.master()["address"]).topics}
+    assert topics[topic].message_type == pb.FIFO
 
 
 def test_a_slave_away_while_a_topic_was_deleted_and_made_again_rejoins_and_serves_the_new_life(group):
