@@ -134,7 +134,8 @@ REGISTRATION_QUEUES_MAX = QUEUES_PER_BROKER_MAX
 # registrations of REGISTRATION_BYTES_MAX (each kept as a topic index, not the request itself).
 NAMESRV_REGISTRATIONS_MAX = 128
 # One topic's entry in a registration at its largest (a 127-byte name, 1024 queues, its message
-# type, its tags and lengths), and the registration's other fields at their longest (names, 255-byte hosts, under 1 KiB).
+# type, its tags and lengths), and the registration's other fields at their longest (names,
+# 255-byte hosts, under 1 KiB).
 REGISTRATION_TOPIC_BYTES_MAX = 142
 REGISTRATION_FIELDS_BYTES_MAX = 4 * KiB
 # The name server's gRPC receive limit: the largest legal registration fits (8.9 MiB, where gRPC's
