@@ -1,10 +1,13 @@
 """A dead letter's copy (core/dead_letters.py): RocketMQ's origin properties, the attempts it had,
 and room for them in every message the broker accepts."""
 
+from rocketmq.grpc_protocol import definition_pb2 as v5
+
 from quorumq import limits
 from quorumq.core import codec, properties
 from quorumq.core.dead_letters import dead_letter_properties, dead_letter_topic, is_dead_letter_topic
 from quorumq.core.message_rules import stored_properties
+from quorumq.protocol.v5 import resource, resource_name
 
 
 def test_copy_keeps_the_message_and_names_its_origin_and_attempts():
@@ -42,3 +45,11 @@ def test_copy_of_the_largest_accepted_properties_still_fits_a_record():
     added = len(codec.encode_properties(copied)) - len(codec.encode_properties(stored))
     assert added <= 856 <= limits.DEAD_LETTER_PROPERTIES_BYTES_MAX
     assert len(codec.encode_properties(copied)) <= limits.PROPERTIES_BYTES_MAX
+
+
+def test_a_dead_letter_topic_is_one_v5_resource_name_and_comes_back_whole():
+    assert resource("%DLQ%G1") == v5.Resource(name="%DLQ%G1")
+    assert resource("ns%T") == v5.Resource(resource_namespace="ns", name="T")
+    assert resource("%DLQ%ns%G1") == v5.Resource(resource_namespace="ns", name="%DLQ%G1")
+    for name in ("%DLQ%G1", "%DLQ%ns%G1", "ns%T", "T"):
+        assert resource_name(resource(name)) == name

@@ -11,6 +11,7 @@ from quorumq.broker.broker import Broker
 from quorumq.broker.metadata import topic_config_from_pb
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.dead_letters import dead_letter_topic
 from quorumq.core.message_rules import check_name
 from quorumq.core.message_types import TopicMessageType
 from quorumq.core.quorum import BrokerRole
@@ -157,4 +158,8 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
                     max_offset=self.broker.store.queue_max_offset(name, queue_id),
                     consumer_offset=-1 if committed is None else committed,
                     inflight=consumers.inflight(group, name, queue_id))
+        store, dead_letters = self.broker.store, dead_letter_topic(group)
+        progress.dead_letters = sum(store.queue_max_offset(dead_letters, queue_id)
+                                    - store.queue_min_offset(dead_letters, queue_id)
+                                    for queue_id in store.topic_queue_ids(dead_letters))
         return progress

@@ -168,18 +168,21 @@ def lag(queue: pb.QueueProgress) -> int:
     return max(0, queue.max_offset - start)
 
 
-@command("consumerProgress", "show a consumer group's offsets and lag per queue", GROUP,
+@command("consumerProgress", "show a consumer group's offsets and lag per queue, and its dead letters", GROUP,
          arg("-t", "--topic", default="", help="only this topic"))
 async def consumer_progress(args: argparse.Namespace, admin: AdminClient) -> Output:
+    answers = await admin.consumer_progress(args.group, args.topic)
     rows = [{"topic": q.topic, "broker_name": progress.broker_name, "queue_id": q.queue_id,
              "min_offset": q.min_offset, "broker_offset": q.max_offset, "consumer_offset": q.consumer_offset,
              "lag": lag(q), "inflight": q.inflight}
-            for progress in await admin.consumer_progress(args.group, args.topic) for q in progress.queues]
+            for progress in answers for q in progress.queues]
     rows.sort(key=lambda r: (r["topic"], r["broker_name"], r["queue_id"]))
     total = sum(r["lag"] for r in rows)
+    dead_letters = sum(progress.dead_letters for progress in answers)  # in %DLQ%<group>, on every master
     text = table(["topic", "broker", "queue", "min offset", "broker offset", "consumer offset", "lag",
                   "inflight"], [list(r.values()) for r in rows])
-    return Output({"group": args.group, "queues": rows, "total_lag": total}, f"{text}\n\ntotal lag: {total}")
+    return Output({"group": args.group, "queues": rows, "total_lag": total, "dead_letters": dead_letters},
+                  f"{text}\n\ntotal lag: {total}\ndead letters: {dead_letters} (topic %DLQ%{args.group})")
 
 
 @command("sendMessage", "send one message and print its send status",

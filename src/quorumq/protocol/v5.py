@@ -10,6 +10,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.dead_letters import DLQ_PREFIX
 from quorumq.core.message_rules import check_name
 from quorumq.core.message_types import ACCEPTED, TopicMessageType
 from quorumq.core.subscription import EXPONENTIAL, SubscriptionGroup
@@ -33,9 +34,10 @@ def error_status(exc: QuorumqError) -> v5.Status:
 
 
 def resource_name(resource: v5.Resource) -> str:
-    """RocketMQ keeps a namespaced resource as `namespace%name`."""
+    """RocketMQ keeps a namespaced resource as `namespace%name`, a DLQ topic as `%DLQ%namespace%name`."""
     if resource.resource_namespace:
-        return f"{resource.resource_namespace}%{resource.name}"
+        prefix = DLQ_PREFIX if resource.name.startswith(DLQ_PREFIX) else ""
+        return f"{prefix}{resource.resource_namespace}%{resource.name[len(prefix):]}"
     return resource.name
 
 
@@ -48,8 +50,11 @@ def group_name(group: v5.Resource) -> str:
 
 
 def resource(name: str) -> v5.Resource:
-    namespace, _, short = name.rpartition("%")
-    return v5.Resource(resource_namespace=namespace, name=short)
+    """A stored name as a v5 resource (see resource_name); a DLQ topic's prefix belongs to its
+    name, as RocketMQ's NamespaceUtil reads it, so a client names the topic back whole."""
+    prefix = DLQ_PREFIX if name.startswith(DLQ_PREFIX) else ""
+    namespace, _, short = name[len(prefix):].rpartition("%")
+    return v5.Resource(resource_namespace=namespace, name=prefix + short)
 
 
 def endpoints(address: str) -> v5.Endpoints:
@@ -138,7 +143,6 @@ def backoff_policy(group: SubscriptionGroup) -> v5.RetryPolicy:
 
 # RPCs no quorumq process serves yet, and why.
 NOT_BUILT = {
-    "ForwardMessageToDeadLetterQueue": "dead-letter queues are not supported yet",
     "RecallMessage": "recalling delay messages is not supported yet",
     "SyncLiteSubscription": "lite topics are not supported yet",
 }
