@@ -498,3 +498,15 @@ def receive_all(consumer, expected: int, invisible_s: int = 30, timeout_s: float
     while len(received) < expected and time.monotonic() < deadline:
         received.extend(consumer.receive(32, invisible_s))
     return received
+
+
+def read_dead_letters(client_config, group: str, count: int) -> list:
+    """`count` messages of %DLQ%<group>, read and acked by a SimpleConsumer of a group of its own."""
+    reader = simple_consumer(client_config, f"R{uuid.uuid4().hex[:8]}", f"%DLQ%{group}")
+    try:
+        letters = receive_all(reader, count)
+        for letter in letters:
+            reader.ack(letter)
+        return letters
+    finally:
+        reader.shutdown()
