@@ -31,6 +31,7 @@ from harness import (
     check_for,
     cli,
     configuration,
+    read_dead_letters,
     receive_all,
     restart_process,
     simple_consumer,
@@ -172,17 +173,6 @@ def test_an_expired_batch_comes_back_in_order_before_anything_behind_it(shared_c
             consumer.ack(message)
     finally:
         consumer.shutdown()
-
-
-def read_dead_letters(config, group: str, count: int) -> list:
-    reader = simple_consumer(config, f"R{uuid.uuid4().hex[:8]}", f"%DLQ%{group}")
-    try:
-        letters = receive_all(reader, count)
-        for letter in letters:
-            reader.ack(letter)
-        return letters
-    finally:
-        reader.shutdown()
 
 
 @pytest.mark.parametrize("orderly", [True, False], ids=["fifo", "normal"])
