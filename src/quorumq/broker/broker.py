@@ -276,6 +276,7 @@ class Broker:
             # What it held past what its master holds was never acknowledged: not owed back.
             self._repair_until = max(self._repair_until or 0, min(self.store.max_offset, master_max_offset))
             self.store.truncate(corrupt)
+            self.consumers.lease_log.log_cut()
             self.epochs.reconcile(corrupt)
         local_max = self.store.max_offset
         point = find_consistent_point(self.epochs, local_max, master_epochs, master_max_offset)
@@ -284,6 +285,7 @@ class Broker:
         if point < local_max:
             log.warning("truncating %d bytes this broker alone holds (from %d)", local_max - point, point)
             self.store.truncate(point)
+            self.consumers.lease_log.log_cut()
             self.sends.forget_recent_sends()
             self._readable_end = min(self._readable_end, point)
         self.epochs.truncate_suffix_by_offset(point)

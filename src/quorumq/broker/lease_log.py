@@ -67,8 +67,6 @@ class LeaseLog:
     def catch_up(self) -> None:
         """Apply the lease topic's records from the cursor to the end of the log."""
         end = self._store.queue_max_offset(LEASE_TOPIC, 0)
-        if self.cursor > end:  # the log was cut below it: the state stays (see the module's doc)
-            self.cursor = end
         while self.cursor < end:
             result = self._store.get_messages(LEASE_TOPIC, 0, self.cursor, APPLY_BATCH, limits.PULL_BYTES_MAX)
             if result.status is GetStatus.OFFSET_TOO_SMALL:  # retention took the oldest records
@@ -86,6 +84,12 @@ class LeaseLog:
                 self.queues[key] = queue
             self.cursor = result.next_offset
             self._changed = True
+
+    def log_cut(self) -> None:
+        """The log was cut (a slave aligning with its master): the records past its new end are
+        gone, the state they made stays (see the module's doc), and the records that take their
+        place are applied from there."""
+        self.cursor = min(self.cursor, self._store.queue_max_offset(LEASE_TOPIC, 0))
 
     def forget(self, key: QueueKey) -> FifoQueue | None:
         """Drop a queue's state here only, as its group no longer receives it in order; its last
@@ -130,4 +134,5 @@ class LeaseLog:
         except (ValueError, KeyError, TypeError) as exc:
             raise QuorumqError(Error.STORE_CORRUPTED, f"unreadable FIFO leases {self.path}: {exc}") from None
         self.queues, self.cursor = queues, cursor
+        self.log_cut()  # a torn tail that recovery cut below what the file covers
         self.catch_up()
