@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics clean
+.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -77,6 +77,7 @@ bench: setup
 	$(MAKE) --no-print-directory bench-client-failover
 	$(MAKE) --no-print-directory bench-replicator
 	$(MAKE) --no-print-directory bench-topics
+	$(MAKE) --no-print-directory bench-fifo
 
 # BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
 # worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
@@ -117,6 +118,12 @@ bench-topics: setup
 	$(call add-before-tree,$(or $(BEFORE),dee820f))
 	$(PY) bench/bench_topics.py --wait-quiet 30 --before $(BEFORE_TREE)/src $(ARGS)
 	$(remove-before-tree)
+
+# FIFO with 1,000 message groups against NORMAL on a 3-replica group (inSyncReplicas 2): produce through
+# the official and quorumq's clients, consume through official SimpleConsumers (about 5 minutes).
+# ARGS adds options of bench/bench_fifo.py (e.g. ARGS="--seconds 1 --consume-messages 2000").
+bench-fifo: setup
+	$(PY) bench/bench_fifo.py --repeat 3 --wait-quiet 30 $(ARGS)
 
 clean:
 	rm -rf run .pytest_cache

@@ -278,11 +278,20 @@ def _official_producer(args):
     return producer
 
 
-def _official_message(topic: str, payload: bytes):
+def message_group(args: dict, index: int) -> str | None:
+    """The message group of a worker's `index`-th message: one of args["groups"] in turn (bench_fifo.py),
+    or none when the worker is given no groups."""
+    groups = args.get("groups")
+    return f"group-{index % groups}" if groups else None
+
+
+def _official_message(topic: str, payload: bytes, group: str | None = None):
     from rocketmq import Message
     msg = Message()
     msg.topic = topic
     msg.body = payload
+    if group:
+        msg.message_group = group
     return msg
 
 
@@ -319,13 +328,14 @@ def w_official_sync(args):
 
 def w_official_async(args):
     """Producer.send_async(): at most `window` sends in flight (a semaphore released by each future's
-    done callback); a new Message object per send, as an application would."""
+    done callback); a new Message object per send, as an application would; with args["groups"], the
+    messages go to that many message groups in turn (a FIFO topic)."""
     producer = _official_producer(args)
     topic, payload = args["topic"], body()
     window = args["window"]
     try:
-        for _ in range(WARMUP):
-            producer.send(_official_message(topic, payload))
+        for index in range(WARMUP):
+            producer.send(_official_message(topic, payload, message_group(args, index)))
         slots = threading.Semaphore(window)
         lock = threading.Lock()
         done = [0, 0]  # ok, errors
@@ -346,7 +356,7 @@ def w_official_async(args):
         sent = 0
         while time.perf_counter() < deadline:
             slots.acquire()
-            producer.send_async(_official_message(topic, payload)).add_done_callback(on_done)
+            producer.send_async(_official_message(topic, payload, message_group(args, sent))).add_done_callback(on_done)
             sent += 1
         for _ in range(window):  # drain: take back every slot
             if not slots.acquire(timeout=30):
@@ -377,12 +387,21 @@ def failure_name(error: Exception) -> str:
 async def w_qq_batch(args):
     """quorumq.client.Producer(window=inflight).send_batch(topic, [batch x Message(1 KiB)]): `inflight`
     asyncio tasks each loop send_batch until the deadline, so `inflight` requests are on the wire;
-    the producer spreads requests over the topic's queues round-robin."""
+    the producer spreads requests over the topic's queues round-robin. With args["groups"] the
+    messages go to that many message groups in turn, and the producer splits each batch by the
+    groups' queues (a FIFO topic)."""
     from quorumq.client import Message, Producer
     topic, payload, batch, inflight = args["topic"], body(), args["batch"], args["inflight"]
     async with Producer(args["access_point"], window=inflight) as producer:
+        sent = 0
+
+        def messages() -> list[Message]:
+            nonlocal sent
+            sent += batch
+            return [Message(payload, message_group=message_group(args, index)) for index in range(sent - batch, sent)]
+
         for _ in range(max(1, WARMUP // batch) + 2):
-            await producer.send_batch(topic, [Message(payload) for _ in range(batch)])
+            await producer.send_batch(topic, messages())
         server = ServerCpu(args.get("server_pids"))
         state = {"ok": 0, "errors": 0, "error": None}
         statuses = Counter()  # send status (or exception name) -> messages
@@ -390,10 +409,10 @@ async def w_qq_batch(args):
 
         async def loop_sender(deadline):
             while time.perf_counter() < deadline:
-                messages = [Message(payload) for _ in range(batch)]
+                outgoing = messages()
                 t = time.perf_counter()
                 try:
-                    results = await producer.send_batch(topic, messages)
+                    results = await producer.send_batch(topic, outgoing)
                 except Exception as e:  # noqa: BLE001
                     state["errors"] += batch
                     state["error"] = repr(e)
