@@ -67,6 +67,20 @@ def fifo_message(topic: str, group: str, body: str) -> Message:
     return message
 
 
+def one_queue_sent(cluster: dict, count: int, config: ClientConfiguration | None = None,
+                   **group_options) -> tuple[str, str, ClientConfiguration, list[str]]:
+    """A FIFO topic of one queue holding m0..m<count-1> of message group "g", a new group
+    (`fifo_group`'s options) and the client's configuration: (topic, group, config, message ids)."""
+    topic, group = fifo_topic(cluster, queues=1), fifo_group(cluster, **group_options)
+    config = config or configuration(cluster)
+    producer = started_producer(config)
+    try:
+        return topic, group, config, [producer.send(fifo_message(topic, "g", f"m{seq}")).message_id
+                                      for seq in range(count)]
+    finally:
+        producer.shutdown()
+
+
 def broker_address(cluster: dict) -> str:
     return next(process["address"] for process in cluster["processes"] if process["kind"] == "broker")
 
@@ -147,14 +161,7 @@ def test_several_consumers_get_each_message_group_in_order(shared_cluster):
 
 
 def test_an_expired_batch_comes_back_in_order_before_anything_behind_it(shared_cluster):
-    topic, group = fifo_topic(shared_cluster, queues=1), fifo_group(shared_cluster)
-    config = configuration(shared_cluster)
-    producer = started_producer(config)
-    try:
-        for seq in range(4):
-            producer.send(fifo_message(topic, "g", f"m{seq}"))
-    finally:
-        producer.shutdown()
+    topic, group, config, _ = one_queue_sent(shared_cluster, 4)
     consumer = simple_consumer(config, group, topic)
     try:
         first = consumer.receive(2, 5)
@@ -177,13 +184,7 @@ def test_an_expired_batch_comes_back_in_order_before_anything_behind_it(shared_c
 
 @pytest.mark.parametrize("orderly", [True, False], ids=["fifo", "normal"])
 def test_a_message_whose_last_delivery_failed_is_a_dead_letter(shared_cluster, orderly):
-    topic, group = fifo_topic(shared_cluster, queues=1), fifo_group(shared_cluster, retry_max_times=1, orderly=orderly)
-    config = configuration(shared_cluster)
-    producer = started_producer(config)
-    try:
-        ids = [producer.send(fifo_message(topic, "g", f"m{seq}")).message_id for seq in range(2)]
-    finally:
-        producer.shutdown()
+    topic, group, config, ids = one_queue_sent(shared_cluster, 2, retry_max_times=1, orderly=orderly)
     consumer = simple_consumer(config, group, topic)
     try:
         attempts = []
@@ -221,13 +222,7 @@ def forward(address: str, group: str, topic: str, message_id: str, handle: str) 
 
 
 def test_a_consumer_forwards_a_message_it_holds_to_the_dead_letters(shared_cluster):
-    topic, group = fifo_topic(shared_cluster, queues=1), fifo_group(shared_cluster)
-    config = configuration(shared_cluster)
-    producer = started_producer(config)
-    try:
-        ids = [producer.send(fifo_message(topic, "g", f"m{seq}")).message_id for seq in range(2)]
-    finally:
-        producer.shutdown()
+    topic, group, config, ids = one_queue_sent(shared_cluster, 2)
     consumer = simple_consumer(config, group, topic)
     address = broker_address(shared_cluster)
     try:
@@ -246,14 +241,7 @@ def test_a_consumer_forwards_a_message_it_holds_to_the_dead_letters(shared_clust
 
 
 def test_a_lease_outlasts_a_broker_restart_and_its_message_comes_back_first(cluster):
-    topic, group = fifo_topic(cluster, queues=1), fifo_group(cluster)
-    config = configuration(cluster)
-    producer = started_producer(config)
-    try:
-        for seq in range(3):
-            producer.send(fifo_message(topic, "g", f"m{seq}"))
-    finally:
-        producer.shutdown()
+    topic, group, config, _ = one_queue_sent(cluster, 3)
     consumer = simple_consumer(config, group, topic)
     try:
         [first] = consumer.receive(1, 8)
@@ -287,15 +275,9 @@ def test_fifo_order_holds_across_the_masters_sigkill(controller_cluster):
     group_cluster = controller_cluster
     group_cluster.restore()  # every broker up and in the SyncStateSet: a slave can be elected
     cluster = group_cluster.cluster
-    topic, group = fifo_topic(cluster, queues=1), fifo_group(cluster)
     endpoints = ";".join(broker["address"] for broker in group_cluster.brokers)
-    config = ClientConfiguration(endpoints, Credentials(), request_timeout=5)
-    producer = started_producer(config)
-    try:
-        for seq in range(3):
-            producer.send(fifo_message(topic, "g", f"m{seq}"))
-    finally:
-        producer.shutdown()
+    topic, group, config, _ = one_queue_sent(cluster, 3, ClientConfiguration(endpoints, Credentials(),
+                                                                              request_timeout=5))
     consumer = simple_consumer(config, group, topic)
     try:
         [held] = consumer.receive(1, 15)
