@@ -2,7 +2,9 @@
 answer bytes a connection has not taken yet. gRPC bounds the total of connections, the calls of one
 connection and how long a connection may sit idle (channel args, `channel_options`); it shows a
 server none of its connections, so the rest is counted here from the calls, by their peer
-(`context.peer()`, "ipv4:1.2.3.4:port": one per connection).
+(`context.peer()`, "ipv4:1.2.3.4:port": one per connection). An address at its cap has its
+connections looked up among the process's descriptors (`open_connections`), so that one a client
+closed no longer counts.
 
 A connection whose client never reads keeps its unsent answers in the server's memory until the
 client's deadline passes or the connection closes: gRPC cannot reset one stream from the server
@@ -20,8 +22,9 @@ import inspect
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import grpc
 
@@ -55,8 +58,10 @@ class _Peer:
 
 class Peers:
     """Pure bookkeeping: the connections (peers) of each client address that made calls, and what
-    each has in flight. A peer without calls for longer than the idle timeout was closed by gRPC
-    (max_connection_idle) and is forgotten; one with a call in flight (a Telemetry stream) never is."""
+    each has in flight. A peer without calls is forgotten once gRPC closed it for being idle longer
+    than the idle timeout (max_connection_idle), or once its address is at the cap and the caller
+    finds its connection closed (`forget_closed`); one with a call in flight (a Telemetry stream)
+    never is."""
 
     def __init__(self, per_address_max: int, idle_ms: int, pending_bytes_max: int, pending_bytes_total_max: int,
                  unread_ms: int) -> None:
@@ -68,6 +73,7 @@ class Peers:
         self.pending_bytes_total = 0  # of every peer
         self._peers: dict[str, _Peer] = {}
         self._by_address: dict[str, set[str]] = {}
+        self._all_open_ms: dict[str, int] = {}  # address -> when forget_closed last forgot none of its peers
 
     def __len__(self) -> int:
         return len(self._peers)
@@ -77,7 +83,7 @@ class Peers:
 
     def call_started(self, peer: str, now_ms: int) -> bool:
         """Count a call of `peer`; False (nothing counted) when it is a new connection of an address
-        that has per_address_max already."""
+        that has per_address_max already (forget_closed may make room)."""
         known = self._peers.get(peer)
         if known is None:
             address = client_address(peer)
@@ -141,16 +147,34 @@ class Peers:
             self._peers[peer].progress_ms = now_ms
         return found
 
+    def may_look_up(self, address: str, now_ms: int) -> bool:
+        """Whether the address's open connections may be looked up for forget_closed: not within
+        OPEN_CONNECTIONS_LOOKUP_INTERVAL_MS of a look-up that made no room."""
+        last_ms = self._all_open_ms.get(address)
+        return last_ms is None or now_ms - last_ms >= limits.OPEN_CONNECTIONS_LOOKUP_INTERVAL_MS
+
+    def forget_closed(self, address: str, is_open: Callable[[str], bool], now_ms: int) -> None:
+        """Forget the address's peers without calls whose connection is no longer open: a client
+        that closed one would otherwise count until the idle timeout."""
+        if not self._forget(address, lambda peer, known: not known.calls and not known.pending_bytes
+                            and not is_open(peer)):
+            self._all_open_ms[address] = now_ms
+
     def _forget_idle(self, address: str, now_ms: int) -> None:
-        peers = self._by_address[address]
-        for peer in [p for p in peers if self._idle(self._peers[p], now_ms)]:
+        self._forget(address, lambda _, known: not known.calls and not known.pending_bytes
+                     and now_ms - known.last_active_ms > self.idle_ms)
+
+    def _forget(self, address: str, gone: Callable[[str, _Peer], bool]) -> int:
+        """Forget the address's peers that are `gone`; how many."""
+        peers = self._by_address.get(address, set())
+        forgotten = [peer for peer in peers if gone(peer, self._peers[peer])]
+        for peer in forgotten:
             peers.discard(peer)
             del self._peers[peer]
         if not peers:
-            del self._by_address[address]
-
-    def _idle(self, peer: _Peer, now_ms: int) -> bool:
-        return peer.calls == 0 and not peer.pending_bytes and now_ms - peer.last_active_ms > self.idle_ms
+            self._by_address.pop(address, None)
+            self._all_open_ms.pop(address, None)
+        return len(forgotten)
 
 
 class ConnectionLimits(grpc.aio.ServerInterceptor):
@@ -207,11 +231,16 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
         """Count the call; it starts once its connection has room for answers (back-pressure)."""
         if self._closer is None:  # the first call: the server's loop runs
             self._closer = asyncio.get_running_loop().create_task(self._close_unread())
-        peer = context.peer()
-        if not self.peers.call_started(peer, self._monotonic_ms()):
+        peer, now_ms = context.peer(), self._monotonic_ms()
+        address = client_address(peer)
+        started = self.peers.call_started(peer, now_ms)
+        if not started and self.peers.may_look_up(address, now_ms):  # at the cap: count only open connections
+            self.peers.forget_closed(address, open_connections(self._port), now_ms)
+            started = self.peers.call_started(peer, now_ms)
+        if not started:
             log.warning("%s: refused a call, its address has %d connections already", peer,
                         self.peers.per_address_max)
-            await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, f"{client_address(peer)} has "
+            await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, f"{address} has "
                                               f"{self.peers.per_address_max} connections with calls already "
                                               "(grpcMaxConnectionsPerAddress); reuse one"))
         context.add_done_callback(lambda _: self._ended(peer))
@@ -279,22 +308,43 @@ def close_connection(peer: str, port: int) -> bool:
     """Shut down the TCP connection of this process whose local port is `port` and whose other end is
     the gRPC peer ("ipv4:127.0.0.1:5000"): gRPC then ends its calls and drops what they hold. Whether
     it was found among the process's descriptors (shutdown acts on the socket, so a duplicate does)."""
-    host, _, remote_port = peer.partition(":")[2].rpartition(":")
-    if not remote_port.isdigit():
-        return False
-    remote = (host.strip("[]"), int(remote_port))
+    remote = _remote(peer)
+    for other, sock in _connections(port):
+        if other == remote:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed meanwhile
+                return False
+            return True
+    return False
+
+
+def open_connections(port: int) -> Callable[[str], bool]:
+    """Whether a gRPC peer's TCP connection to `port` is open in this process, from one walk of its
+    descriptors; a peer whose address does not parse counts as open."""
+    remotes = {other for other, _ in _connections(port)}
+    return lambda peer: (remote := _remote(peer)) is None or remote in remotes
+
+
+def _remote(peer: str) -> tuple[str, int] | None:
+    """The other end of a gRPC peer ("ipv4:127.0.0.1:5000", "ipv6:%5B::1%5D:5000") as getpeername
+    names it."""
+    host, _, port = unquote(peer.partition(":")[2]).rpartition(":")
+    return (host.strip("[]"), int(port)) if port.isdigit() else None
+
+
+def _connections(port: int) -> Iterator[tuple[tuple[str, int], socket.socket]]:
+    """The TCP connections among this process's descriptors whose local port is `port`: each one's
+    other end, and a duplicate of its socket (of the socket's own family), open while it is looked at."""
     for fd in os.listdir("/proc/self/fd"):
         try:
             if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
                 continue
-            with socket.socket(fileno=os.dup(int(fd))) as sock:  # a duplicate, of the socket's own family
+            with socket.socket(fileno=os.dup(int(fd))) as sock:
                 if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.getsockname()[1] != port:
                     continue
                 other_host, other_port = sock.getpeername()[:2]
                 # gRPC listens on dual-stack sockets: an IPv4 client's address is IPv4-mapped there.
-                if (other_host.removeprefix("::ffff:"), other_port) == remote:
-                    sock.shutdown(socket.SHUT_RDWR)
-                    return True
+                yield (other_host.removeprefix("::ffff:"), other_port), sock
         except OSError:  # closed meanwhile, or not connected
             continue
-    return False

@@ -218,10 +218,15 @@ def connections_max(soft_open_files: int) -> int:
     return queue_files_open_max(soft_open_files)
 
 
-# Connections with calls of one client address (grpcMaxConnectionsPerAddress): generous, as every
-# local process shares 127.0.0.1 and a closed connection counts until the idle timeout forgets it;
-# half the total under `ulimit -n 4096`, so that one address cannot take every connection there.
+# Open connections with calls of one client address (grpcMaxConnectionsPerAddress): generous, as every
+# local process shares 127.0.0.1; half the total under `ulimit -n 4096`, so that one address cannot
+# take every connection there.
 CONNECTIONS_PER_ADDRESS_DEFAULT = 512
+# After a look-up of an address's open connections (among the server's descriptors, at its cap) made
+# no room, the next waits this long: a look-up of 512 connections takes about 5 ms of the event
+# loop, so a client at its cap calling again and again costs the server at most about 5% of a core,
+# and one that closed a connection meanwhile gets its place back this much later at most.
+OPEN_CONNECTIONS_LOOKUP_INTERVAL_MS = 100
 # A connection without calls for this long is closed (RocketMQ proxy's grpcClientIdleTimeMills, 120 s);
 # an open stream (Telemetry) keeps it. A client reconnects when it next calls.
 CONNECTION_IDLE_MS_DEFAULT = 120_000

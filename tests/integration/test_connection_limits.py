@@ -7,6 +7,7 @@ to stop reading."""
 import socket
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -149,7 +150,7 @@ def test_an_address_past_its_connection_cap_is_refused(limited_cluster):
                 answered += 1
             except grpc.RpcError as error:
                 refused.append(error)
-        # The module's earlier connections may still count (until idle), so at most 8 are answered.
+        # A connection of the module's earlier tests may still be closing, so at most 8 are answered.
         assert 0 < answered <= 8 and len(refused) == 10 - answered
         assert all(e.code() is grpc.StatusCode.RESOURCE_EXHAUSTED for e in refused)
         errors = [ClientError.from_rpc(e) for e in refused]  # the entry by its code, as quorumq's client reads it
@@ -179,3 +180,36 @@ def test_connections_past_the_total_are_refused_until_some_close(limited_cluster
         for sock in silent:
             sock.close()
     check_for(5, 0.1, heartbeat, "a new connection served once the silent ones closed")
+
+
+async def test_clients_that_close_their_connections_are_not_counted_against_the_cap(start_cluster):
+    """Short-lived clients one after another, far more than the cap within the idle timeout (a
+    script's each poll a new client): all are served, as only open connections count; the cap
+    still refuses a connection past it while that many are held open."""
+    cap = 8
+    cluster = start_cluster(sets={"grpcMaxConnectionsPerAddress": str(cap)})
+    access_point, topic = cluster["access_point"], f"T{uuid.uuid4().hex[:10]}"
+    async with Producer(access_point) as producer:
+        await producer.send_batch(topic, [Message(b"m")], queue_id=0)
+    for _ in range(cap + 50):  # each a new connection to the name server and to the broker
+        async with PullConsumer(access_point, "G") as consumer:
+            assert await consumer.query_offset(topic, 0, "END") == 1
+
+    address = broker_of(cluster)["address"]
+    channels = [grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(cap + 1)]
+
+    def heartbeat(channel: grpc.Channel) -> v5s.HeartbeatResponse:
+        return v5_grpc.MessagingServiceStub(channel).Heartbeat(
+            v5s.HeartbeatRequest(client_type=v5.ClientType.PRODUCER), timeout=5)
+
+    try:
+        for channel in channels[:cap]:  # held open: each counts
+            check_for(5, 0.1, partial(heartbeat, channel), "a connection within the cap served")
+        with pytest.raises(grpc.RpcError) as refused:
+            heartbeat(channels[cap])
+        error = ClientError.from_rpc(refused.value)
+        assert error.error is Error.TOO_MANY_REQUESTS and "grpcMaxConnectionsPerAddress" in error.detail, error
+    finally:
+        for channel in channels:
+            channel.close()

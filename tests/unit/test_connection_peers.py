@@ -1,6 +1,10 @@
-"""The bookkeeping behind a server's per-address connection cap and its room for unsent answers."""
+"""The bookkeeping behind a server's per-address connection cap and its room for unsent answers, and
+how the server finds which of its connections are open."""
 
-from quorumq.connection_limits import Peers, client_address
+import socket
+
+from quorumq import limits
+from quorumq.connection_limits import Peers, client_address, open_connections
 
 IDLE_MS = 1000
 UNREAD_MS = 5000
@@ -33,6 +37,52 @@ def test_a_connection_idle_past_the_timeout_is_forgotten_and_one_with_a_call_in_
     assert not peers.call_started("ipv4:10.0.0.1:3", 10 + IDLE_MS), "not idle past the timeout yet"
     assert peers.call_started("ipv4:10.0.0.1:3", 11 + IDLE_MS), "gRPC closed :2, so :3 takes its place"
     assert not peers.call_started("ipv4:10.0.0.1:4", 100 * IDLE_MS), ":1 and :3 have calls in flight"
+
+
+def test_at_the_cap_a_closed_connection_without_calls_is_forgotten_and_an_open_one_or_one_with_a_call_never():
+    peers = new_peers()
+    streaming, closed, held, new = (f"ipv4:10.0.0.1:{port}" for port in (1, 2, 3, 4))
+    other_address = "ipv4:10.0.0.2:1"
+    peers.call_started(streaming, 0)  # a call in flight
+    for peer in (closed, other_address):
+        peers.call_started(peer, 0)
+        peers.call_ended(peer, 0)
+    assert not peers.call_started(new, 0)
+    peers.forget_closed("ipv4:10.0.0.1", set[str]().__contains__, 0)  # no socket found, not even streaming's
+    assert peers.connections("ipv4:10.0.0.1") == 1 and peers.connections("ipv4:10.0.0.2") == 1
+    assert peers.call_started(held, 0), "closed's place is free"
+    peers.call_ended(held, 0)
+    peers.forget_closed("ipv4:10.0.0.1", {held}.__contains__, 0)
+    assert not peers.call_started(new, 0), "streaming has a call in flight and held is open"
+
+
+def test_after_a_look_up_found_every_connection_open_the_next_waits():
+    peers = new_peers()
+    address, interval_ms = "ipv4:10.0.0.1", limits.OPEN_CONNECTIONS_LOOKUP_INTERVAL_MS
+    for port in (1, 2):
+        peers.call_started(f"{address}:{port}", 0)
+        peers.call_ended(f"{address}:{port}", 0)
+    assert peers.may_look_up(address, 0)
+    peers.forget_closed(address, lambda _: True, 0)
+    assert not peers.may_look_up(address, interval_ms - 1) and peers.may_look_up(address, interval_ms)
+
+
+def test_the_open_connections_of_a_port_are_those_among_the_process_descriptors():
+    with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as server:
+        port = server.getsockname()[1]
+        clients = [socket.create_connection((host, port)) for host in ("127.0.0.1", "::1")]
+        accepted = [server.accept()[0] for _ in clients]
+        peers = [f"ipv4:127.0.0.1:{clients[0].getsockname()[1]}",
+                 f"ipv6:%5B::1%5D:{clients[1].getsockname()[1]}"]  # as gRPC names them
+        try:
+            assert all(map(open_connections(port), peers))
+            assert open_connections(port)("unix:/tmp/s"), "a peer that does not parse counts as open"
+            for sock in accepted:
+                sock.close()
+            assert not any(map(open_connections(port), peers))
+        finally:
+            for sock in clients + accepted:
+                sock.close()
 
 
 def test_many_addresses_are_forgotten_once_idle():
