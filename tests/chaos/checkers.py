@@ -347,8 +347,9 @@ def _dead_lettered_early(receives: list[_Receive], unanswered: list[tuple[float,
     record could not be copied) leased messages all the same, and a failover is where these
     happen. Counting only the deliveries seen would then under-count and fail a run whose DLQ
     was right, so the count is the highest delivery attempt seen (it counts every delivery
-    before it, seen or not) plus one for each unanswered receive that may have come after it.
-    That errs toward passing: a premature dead letter during a failover can go unnoticed."""
+    before it, seen or not) plus one for each receive of unknown outcome (info, or never ended)
+    that may have come after it; one that failed reached no broker. That errs toward passing: a
+    premature dead letter during a failover can go unnoticed."""
     deliveries: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for receive in receives:
         for message in receive.messages:
@@ -384,8 +385,9 @@ def fifo(records: list[dict], max_attempts: int) -> Result:
                                 r["messages"]) for r in answered), key=lambda receive: receive.invoked)
     ended = {r["op"]: r["time"] for r in records if r["f"] == "fifo-receive" and r["type"] != "invoke"}
     answered_ops = {r["op"] for r in answered}
+    failed = {r["op"] for r in _completions(records, "fifo-receive", "fail")}
     unanswered = [(r["time"], ended.get(r["op"], math.inf)) for r in records
-                  if r["f"] == "fifo-receive" and r["type"] == "invoke" and r["op"] not in answered_ops]
+                  if r["f"] == "fifo-receive" and r["type"] == "invoke" and r["op"] not in answered_ops | failed]
     acks = _first_invoked(records, "fifo-ack")
     consumed = {r["value"] for r in records if r["f"] == "fifo-ack" and r["type"] in ("ok", "info")}
     dead = {message["value"] for r in _completions(records, "dlq-receive", "ok") for message in r["messages"]}

@@ -500,9 +500,10 @@ def test_c12_fails_a_dead_letter_before_its_last_attempt():
 def test_c12_counts_deliveries_the_history_did_not_see_toward_the_last_attempt():
     """Attempt 3 was seen (attempt 2 was not: its count is in the 3), and one receive that began
     after it got no answer: it may have been the fourth delivery. A receive that had ended before
-    the last delivery seen was asked for cannot have carried a later one."""
+    the last delivery seen was asked for cannot have carried a later one, nor one that failed (it
+    could not connect)."""
     h = sent("g0-0").receive("c0", 1, 1.1, "g0-0").receive("c1", 13, 13.1, ("g0-0", 3))
-    h.receive("c2", 12, 12.5, outcome="info").dead(30, "g0-0")
-    assert fifo(h.records, MAX_ATTEMPTS).counts["dead-lettered early"] == 1
+    h.receive("c2", 12, 12.5, outcome="info").receive("c2", 14, 14.1, outcome="fail").dead(30, "g0-0")
+    assert fifo(h.records, MAX_ATTEMPTS).counts["dead-lettered early"] == 1  # that failure reached no broker
     h.receive("c2", 14, 19, outcome="info")
     assert fifo(h.records, MAX_ATTEMPTS).ok

@@ -324,7 +324,17 @@ official_consumer.Message = _PlacedMessage  # what every official consumer decod
 def _error_name(error: Exception) -> str:
     if isinstance(error, ClientException) and isinstance(error.code, int):
         return Code.Name(error.code)
+    if isinstance(error, grpc.RpcError):
+        return error.code().name
     return type(error).__name__
+
+
+def _unreached(error: Exception) -> bool:
+    """A call that reached no broker: gRPC could not connect (a killed broker's port). Only for
+    calls the official client makes once (receive, ack, change of invisible time): its sends are
+    tried again inside it, and an earlier try may have landed."""
+    return (isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE
+            and "failed to connect" in (error.details() or ""))
 
 
 def _poison(value: str) -> bool:
@@ -358,8 +368,9 @@ class FifoWorkload:
 
     - FIFO_PRODUCERS producers send values "g<k>-<seq>" to FIFO_TOPIC, message group "g<k>", k of
       MESSAGE_GROUPS, each group's sequence increasing; a producer goes round its groups with one
-      send in flight, and sends a value again (a new message) after each unknown outcome until it
-      is acknowledged or refused, only then the group's next ("fifo-send");
+      send in flight, and a value whose outcome is unknown is sent again (a new message) at its
+      group's next turn until it is acknowledged or refused, only then the group's next
+      ("fifo-send");
     - FIFO_CONSUMERS SimpleConsumers of FIFO_GROUP receive ("fifo-receive": each message's value,
       id, queue, offset and delivery attempt) and take each message group's messages in order:
       they ack most ("fifo-ack"), fail FAIL_RATE of them and every poison value ("fifo-fail": no
@@ -454,18 +465,15 @@ class FifoWorkload:
 
     def _produce(self, index: int, producer: OfficialProducer) -> None:
         name = f"fifo-p{index}"
-        groups = range(index, MESSAGE_GROUPS, FIFO_PRODUCERS)
-        sequences = dict.fromkeys(groups, 0)
+        sequences = dict.fromkeys(range(index, MESSAGE_GROUPS, FIFO_PRODUCERS), 0)
         try:
-            for group in itertools.cycle(groups):
-                value = f"g{group}-{sequences[group]}"
-                while not (self._draining.is_set() or self._stop.is_set()):
-                    if self._send(producer, name, group, value):
-                        break
-                    time.sleep(RETRY_PAUSE_S)
-                else:
+            for group in itertools.cycle(sequences):
+                if self._draining.is_set() or self._stop.is_set():
                     return
-                sequences[group] += 1
+                if self._send(producer, name, group, f"g{group}-{sequences[group]}"):
+                    sequences[group] += 1
+                else:  # sent again at the group's next turn; the other groups go on meanwhile
+                    time.sleep(RETRY_PAUSE_S)
         finally:
             producer.shutdown()
 
@@ -492,8 +500,8 @@ class FifoWorkload:
         op = self.history.invoke(name, f, {"group": consumer.consumer_group}, invisible_s=FIFO_INVISIBLE_S)
         try:
             messages = consumer.receive(FIFO_BATCH, FIFO_INVISIBLE_S)
-        except Exception as error:  # noqa: BLE001 - unanswered: the broker may have leased messages
-            self.history.info(op, _error_name(error))
+        except Exception as error:  # noqa: BLE001 - unless it reached no broker, it may have leased messages
+            (self.history.fail if _unreached(error) else self.history.info)(op, _error_name(error))
             time.sleep(RETRY_PAUSE_S)
             return None
         self.history.ok(op, messages=[{"value": m.body.decode(), "id": m.message_id, "queue": m.queue_id,
@@ -546,11 +554,9 @@ class FifoWorkload:
         op = self.history.invoke(name, "fifo-ack", value, id=message.message_id)
         try:
             consumer.ack(message)
-        except OFFICIAL_REFUSALS as error:  # e.g. the lease had expired: it comes back
-            self.history.fail(op, _error_name(error))
-            return
-        except Exception as error:  # noqa: BLE001 - unanswered: it may have been acked
-            self.history.info(op, _error_name(error))
+        except Exception as error:  # noqa: BLE001 - unless refused (e.g. the lease had expired), it may have landed
+            if self._changed_nothing(op, error):
+                return  # it comes back
         else:
             self.history.ok(op)
         with self._lock:
@@ -567,12 +573,17 @@ class FifoWorkload:
             return
         try:
             consumer.change_invisible_duration(message, NACK_INVISIBLE_S)
-        except OFFICIAL_REFUSALS as error:
-            self.history.fail(op, _error_name(error))
-        except Exception as error:  # noqa: BLE001 - unanswered
-            self.history.info(op, _error_name(error))
+        except Exception as error:  # noqa: BLE001 - recorded
+            self._changed_nothing(op, error)
         else:
             self.history.ok(op)
+
+    def _changed_nothing(self, op: int, error: Exception) -> bool:
+        """Record an ack's or a nack's error: fail when it was refused or reached no broker, else
+        info (it may have landed); whether it was fail."""
+        certain = isinstance(error, OFFICIAL_REFUSALS) or _unreached(error)
+        (self.history.fail if certain else self.history.info)(op, _error_name(error))
+        return certain
 
     def _read_dead_letters(self, consumer: SimpleConsumer) -> None:
         try:
