@@ -19,12 +19,13 @@ class Broker:
     """The parts of a broker the consumer groups use: a store, a lease log and group configs."""
 
     def __init__(self, root, store=None, clock=None, orderly=True, retry_max_times=2) -> None:
+        self.readable_end: int | None = None  # Broker.readable_end: None reads to the log's end
         self.clock = clock or SteppedClock()
         self.store = store or MemoryStore(clock=self.clock)
         self.master = True
         self.appended = 0
         self.lease_log = LeaseLog(self.store, root, self.clock, "127.0.0.1:1", self.check_role, self.notify)
-        self.groups = ConsumerGroups(self.store, root, self.clock, Config(Kind.BROKER, {}), lambda: None,
+        self.groups = ConsumerGroups(self.store, root, self.clock, Config(Kind.BROKER, {}), lambda: self.readable_end,
                                      self.lease_log, fifo_topic=lambda topic: topic == TOPIC)
         settings = SubscriptionGroup("G", consume_message_orderly=orderly, retry_max_times=retry_max_times)
         self.groups.group = lambda name: settings
@@ -195,3 +196,16 @@ def test_a_group_turned_fifo_goes_on_in_order_from_its_lowest_unacked_offset(tmp
     broker.groups.ack("G", TOPIC, unordered.deliveries[1].receipt_handle)
     broker.groups.group = lambda name: SubscriptionGroup("G", consume_message_orderly=True)
     assert offsets(broker.pop()) == [0, 1, 2], "from its lowest unacked offset, its leases ended"
+
+
+def test_a_leased_message_comes_back_on_a_master_that_does_not_know_its_members_hold_it_yet(tmp_path):
+    for orderly in (True, False):
+        broker = Broker(tmp_path / str(orderly), orderly=orderly)
+        broker.send(2)
+        assert offsets(broker.pop(batch=1)) == [0]
+        broker.readable_end = 0  # a new master: no member's copy is known yet
+        broker.clock.monotonic_now_ms += 100
+        again = broker.pop()
+        assert offsets(again) == [0] and again.deliveries[0].attempt == 2, "not taken for gone"
+        broker.groups.ack("G", TOPIC, again.deliveries[0].receipt_handle)
+        assert broker.pop().deliveries == [], "what is not known to be held is not handed out"

@@ -351,8 +351,10 @@ class ConsumerGroups:
                 popped.record_end = end
 
     def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX, None,
-                                         self._readable_end())
+        """A message handed out before; None once the store no longer holds it. Not bound by the
+        readable end: a new master may not know yet that its members hold what the old one
+        handed out, and a leased message must not be taken for gone."""
+        result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX)
         return result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
 
     def ack(self, group: str, topic: str, handle: str) -> bool:
