@@ -5,8 +5,10 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq import limits
 from quorumq.core import codec, properties
+from quorumq.core.codec import StoredMessage
 from quorumq.core.dead_letters import dead_letter_properties, dead_letter_topic, is_dead_letter_topic
 from quorumq.core.message_rules import stored_properties
+from quorumq.endpoint.messages import outgoing
 from quorumq.protocol.v5 import resource, resource_name
 
 
@@ -53,3 +55,15 @@ def test_a_dead_letter_topic_is_one_v5_resource_name_and_comes_back_whole():
     assert resource("%DLQ%ns%G1") == v5.Resource(resource_namespace="ns", name="%DLQ%G1")
     for name in ("%DLQ%G1", "%DLQ%ns%G1", "ns%T", "T"):
         assert resource_name(resource(name)) == name
+
+
+def test_a_delivered_copy_carries_its_origin_in_the_v5_field_and_among_its_properties():
+    props = dead_letter_properties({properties.MESSAGE_ID: "ID1", properties.MESSAGE_GROUP: "g", "k": "v"}, "T", 3)
+    delivered = outgoing(StoredMessage("%DLQ%G", 0, 0, 0, 0, 0, 0, 0, "h", 0, "s", 3, props, b"x"))
+    assert delivered.topic == v5.Resource(name="%DLQ%G")
+    assert delivered.system_properties.dead_letter_queue == v5.DeadLetterQueue(topic="T", message_id="ID1")
+    assert delivered.system_properties.message_id == "ID1" and delivered.system_properties.message_group == "g"
+    assert dict(delivered.user_properties) == {"k": "v", "DLQ_ORIGIN_TOPIC": "T", "DLQ_ORIGIN_MESSAGE_ID": "ID1",
+                                               "RECONSUME_TIME": "3"}
+    plain = outgoing(StoredMessage("T", 0, 0, 0, 0, 0, 0, 0, "h", 0, "s", 0, {properties.MESSAGE_ID: "ID1"}, b"x"))
+    assert not plain.system_properties.HasField("dead_letter_queue")
