@@ -9,6 +9,7 @@ from pathlib import Path
 
 from quorumq.client import Blocking, Message, Producer, PullConsumer
 from quorumq.core import replicator as plan
+from quorumq.replicator.datasource import QueueReader, QueueWriter, SinkOptions, SourceOptions
 
 DEAD_LETTER_TOPIC = "DLQ_replicator"
 TESTS_DIR = Path(__file__).resolve().parent
@@ -52,6 +53,17 @@ def queue_messages(cluster: dict, topic: str, queue: int) -> list:
 def queue_ends(cluster: dict, topic: str, queues: int) -> list[int]:
     with Blocking(PullConsumer, cluster["access_point"], "ReplicatorTest") as consumer:
         return [consumer.query_offset(topic, queue, "END") for queue in range(queues)]
+
+
+def replicate_once(source: dict, target: dict, topic: str) -> list:
+    """One micro-batch of the replicate job without Spark: the source plans it from the earliest
+    offsets and reads each queue, the sink writes each queue's rows, as Spark's tasks would; the
+    sink's reports."""
+    reader = QueueReader(SourceOptions(source["access_point"], (topic,), {}, "earliest", None, None))
+    writer = QueueWriter(SinkOptions(target["access_point"], target["cluster"], "fail", False, None, None))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    return [writer.write(reader.read(partition)) for partition in reader.partitions(start, end)]
 
 
 def source_offsets(messages: list) -> list[int]:

@@ -11,8 +11,9 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 
 from harness import check_for, create_topic
 from quorumq import limits
-from quorumq.client import AdminClient, Blocking, PullConsumer
+from quorumq.client import AdminClient, Blocking, Message, Producer, PullConsumer
 from quorumq.core import replicator as plan
+from quorumq.core.message_types import TopicMessageType
 from quorumq.core.replicator import TopicShape
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.protocol.configs import group_from_pb, group_to_pb
@@ -25,6 +26,7 @@ from replicator_support import (
     produce,
     queue_ends,
     queue_messages,
+    replicate_once,
     source_offsets,
     worker_environment,
 )
@@ -221,6 +223,30 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_a
         assert group_from_pb(held) == fifo and held.configured
     assert shapes == {created: [(8, 8)], expanded: [(8, 8)], larger: [(16, 16)]}
     assert jobs.copy_config(primary["access_point"], standby["access_point"], (created,)) == ({}, {}, {})
+
+
+def test_a_fifo_topic_arrives_fifo_with_each_message_in_its_group(clusters):
+    """The config job makes the standby's copy of a FIFO topic FIFO, and the replicate job's source
+    and sink carry each message's group: on the standby, whose broker puts a group in the queue its
+    hash picks among the same 4 queues, each queue holds the same groups' messages in the same
+    order. The source and sink run here without Spark (the code a task runs), to keep it cheap."""
+    primary, standby = clusters
+    topic, groups = new_topic(), [f"order-{number}" for number in range(8)]
+    with Blocking(AdminClient, primary["access_point"]) as admin:
+        admin.update_topic_on([b.address for b in admin.brokers(masters_only=True)], topic, 4, 4, message_type="FIFO")
+    with Blocking(Producer, primary["access_point"]) as producer:
+        sent = producer.send_batch(topic, [Message(f"{group}-{index}".encode(), message_group=group)
+                                           for index in range(5) for group in groups])
+        assert all(result.ok for result in sent)
+    assert jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,)) == {
+        topic: {"broker-a": TopicShape(4, 4, 6, TopicMessageType.FIFO)}}
+    with Blocking(AdminClient, standby["access_point"]) as admin:
+        assert admin.topic_types()[topic] == "FIFO"
+    reports = replicate_once(primary, standby, topic)
+    assert sum(queue.written for report in reports for queue in report.queues) == len(sent)
+    for queue in range(4):
+        originals = [(m.message_group, m.body) for m in queue_messages(primary, topic, queue)]
+        assert [(m.message_group, m.body) for m in queue_messages(standby, topic, queue)] == originals
 
 
 def heartbeat_alive(settings: Settings):

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from quorumq.core import replicator as plan
+from quorumq.core.message_types import TopicMessageType
 from quorumq.core.replicator import OffsetSync, OffsetSyncStore, QueueKey, TopicShape
 from quorumq.errors import Error, QuorumqError
 
@@ -176,6 +177,15 @@ def test_topic_changes_create_expand_and_never_shrink():
     assert plan.topic_changes(source, {"broker-a": TopicShape(8, 8, 6)}) == {}
     assert plan.topic_changes({"x": TopicShape(4, 4, 4)}, {"x": TopicShape(4, 4, 6)}) == {"x": TopicShape(4, 4, 4)}
     assert plan.topic_changes({}, {"x": None}) == {}
+
+
+def test_topic_changes_carry_the_source_message_type():
+    fifo = TopicShape(4, 4, 6, TopicMessageType.FIFO)
+    source = {"broker-a": fifo}
+    target = {"broker-a": TopicShape(4, 4, 6), "broker-b": TopicShape(8, 8, 6), "broker-c": None}
+    assert plan.topic_changes(source, target) == {  # a NORMAL copy made FIFO, a larger one kept larger
+        "broker-a": fifo, "broker-b": TopicShape(8, 8, 6, TopicMessageType.FIFO), "broker-c": fifo}
+    assert plan.topic_changes(source, {"broker-a": fifo}) == {}
 
 
 def test_group_changes_add_missing_groups_from_their_earliest_first_contact():

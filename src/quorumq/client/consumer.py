@@ -38,6 +38,7 @@ class ReceivedMessage:
     born_host: str
     store_host: str
     broker_name: str
+    message_group: str | None  # a FIFO message's group (__SHARDINGKEY), not among `properties`
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,8 @@ def _decode_records(records: bytes, broker_name: str, store_host: str) -> list[R
             keys=tuple(properties[message_properties.KEYS].split(" ")) if message_properties.KEYS in properties else (),
             properties={key: value for key, value in properties.items() if key not in message_properties.HIDDEN},
             born_timestamp_ms=stored.born_timestamp_ms, store_timestamp_ms=stored.store_timestamp_ms,
-            born_host=stored.born_host, store_host=stored.store_host, broker_name=broker_name))
+            born_host=stored.born_host, store_host=stored.store_host, broker_name=broker_name,
+            message_group=properties.get(message_properties.MESSAGE_GROUP)))
         position += size
     return messages
 

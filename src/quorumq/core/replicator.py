@@ -14,6 +14,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence, TypeVar
 from urllib.parse import unquote
 
 from quorumq import limits
+from quorumq.core.message_types import TopicMessageType
 from quorumq.errors import Error, QuorumqError
 
 OFFSETS_VERSION = 1
@@ -212,24 +213,27 @@ class TopicShape:
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    message_type: TopicMessageType = TopicMessageType.NORMAL
 
 
 def topic_changes(source: Mapping[str, TopicShape], target: Mapping[str, TopicShape | None]) -> dict[str, TopicShape]:
     """What the config job sets on each target master (broker name -> its topic now, None when the
     topic is missing there) for a topic shaped per broker as `source` says: the shape of the source
     broker of the same name, else the largest source shape; created when missing, expanded when
-    smaller, never shrunk. Permissions follow the source. Brokers left as they are do not appear."""
+    smaller, never shrunk. Permissions and the message type (a FIFO topic stays FIFO) follow the
+    source. Brokers left as they are do not appear."""
     if not source:
         return {}
+    first = next(iter(source.values()))
     largest = TopicShape(max(s.read_queue_nums for s in source.values()),
-                         max(s.write_queue_nums for s in source.values()),
-                         next(iter(source.values())).perm)
+                         max(s.write_queue_nums for s in source.values()), first.perm, first.message_type)
     changes = {}
     for broker, current in target.items():
         wanted = source.get(broker, largest)
         if current is not None:
             wanted = TopicShape(max(wanted.read_queue_nums, current.read_queue_nums),
-                                max(wanted.write_queue_nums, current.write_queue_nums), wanted.perm)
+                                max(wanted.write_queue_nums, current.write_queue_nums), wanted.perm,
+                                wanted.message_type)
         if wanted != current:
             changes[broker] = wanted
     return changes

@@ -6,13 +6,15 @@ topics by queue offset and `df.writeStream.format("quorumq")` sends rows to a cl
 Source: one Spark task per queue with new data, never a queue split across tasks, so each queue's
 order holds. Its offset is per queue (core.replicator.encode_offsets). Rows stay raw: the body is
 bytes and the user properties are the RocketMQ encoding `name\\x01value\\x02...` (Spark SQL reads
-them with `str_to_map(properties, '\\u0002', '\\u0001')`).
+them with `str_to_map(properties, '\\u0002', '\\u0001')`); a FIFO message's group is its own
+column, `message_group`.
 
 Sink: rows that carry a source position (the source's `cluster`, `broker`, `queue_offset` columns)
 are replicated: stamped with their birth cluster and source position, dropped when they would go
 back to their birth cluster, and sent in order to the mapped queue; the task succeeds only once
 the destination answered SEND_OK for every row (or the failure policy took the rest). Other rows
-(`topic`, `body`, and optionally `queue_id`, `tag`, `keys`, `properties`) are simply sent.
+(`topic`, `body`, and optionally `queue_id`, `tag`, `keys`, `message_group`, `properties`) are simply
+sent.
 """
 
 import importlib
@@ -47,13 +49,13 @@ log = logging.getLogger("quorumq.replicator")
 
 FORMAT = "quorumq"
 SCHEMA = ("cluster STRING, topic STRING, broker STRING, queue_id INT, queue_index INT, queue_offset BIGINT, "
-          "message_id STRING, tag STRING, keys STRING, properties STRING, body BINARY, "
+          "message_id STRING, tag STRING, keys STRING, message_group STRING, properties STRING, body BINARY, "
           "born_timestamp BIGINT, store_timestamp BIGINT")
 ARROW_SCHEMA = pa.schema([
     ("cluster", pa.string()), ("topic", pa.string()), ("broker", pa.string()), ("queue_id", pa.int32()),
     ("queue_index", pa.int32()), ("queue_offset", pa.int64()), ("message_id", pa.string()), ("tag", pa.string()),
-    ("keys", pa.string()), ("properties", pa.string()), ("body", pa.binary()), ("born_timestamp", pa.int64()),
-    ("store_timestamp", pa.int64()),
+    ("keys", pa.string()), ("message_group", pa.string()), ("properties", pa.string()), ("body", pa.binary()),
+    ("born_timestamp", pa.int64()), ("store_timestamp", pa.int64()),
 ])
 
 
@@ -236,6 +238,7 @@ def _record_batch(cluster: str, queue_index: int, messages: list[ReceivedMessage
         pa.array([m.message_id for m in messages], pa.string()),
         pa.array([m.tag or None for m in messages], pa.string()),
         pa.array([" ".join(m.keys) or None for m in messages], pa.string()),
+        pa.array([m.message_group for m in messages], pa.string()),
         pa.array([encode_properties(m.properties).decode() for m in messages], pa.string()),
         pa.array([m.body for m in messages], pa.binary()),
         pa.array([m.born_timestamp_ms for m in messages], pa.int64()),
@@ -355,7 +358,8 @@ class QueueWriter(DataSourceStreamArrowWriter):
             if replicated and destination_cluster is None:
                 destination_cluster = self._destination_cluster()
             nothing = [None] * count
-            queue_ids, tags, keys = (columns.get(name, nothing) for name in ("queue_id", "tag", "keys"))
+            queue_ids, tags, keys, message_groups = (columns.get(name, nothing)
+                                                     for name in ("queue_id", "tag", "keys", "message_group"))
             properties = columns.get("properties", nothing)
             for row in range(count):
                 topic = columns["topic"][row]
@@ -387,7 +391,8 @@ class QueueWriter(DataSourceStreamArrowWriter):
                     group = groups.get(key)
                     if group is None:
                         group = groups[key] = _QueueRows(topic, None, None, 0, queue_ids[row])
-                group.messages.append(Message(columns["body"][row], tags[row], (keys[row] or "").split(), props))
+                group.messages.append(Message(columns["body"][row], tags[row], (keys[row] or "").split(), props,
+                                              message_group=message_groups[row]))
         return list(groups.values())
 
     def _write_queue(self, rows: _QueueRows) -> QueueReport:

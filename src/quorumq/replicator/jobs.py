@@ -6,9 +6,9 @@
   that topic, and the tick reads the target's copy back for latency and connectivity;
 - checkpoint: translates consumer-group offsets from the source to the target through the offset
   syncs the replicate sink writes with each batch, for groups with no live consumer on the target;
-- config: copies topics (queue numbers, permission) to the target, created or expanded, never shrunk,
-  the consumer groups the source knows and their subscription configs (access rules too, once
-  quorumq brokers have them).
+- config: copies topics (queue numbers, permission, message type) to the target, created or
+  expanded, never shrunk, the consumer groups the source knows and their subscription configs
+  (access rules too, once quorumq brokers have them).
 
 The small jobs run on the driver from `foreachBatch` of Spark's `rate` source, so they too get a
 trigger, progress and restart handling from Spark.
@@ -24,9 +24,10 @@ from typing import Any, Callable
 from quorumq import limits
 from quorumq.client import Blocking, ClientError, PullConsumer
 from quorumq.core import replicator as plan
+from quorumq.core.message_types import TopicMessageType
 from quorumq.core.replicator import OffsetSync, OffsetSyncStore, QueueKey, TopicShape
 from quorumq.core.subscription import SubscriptionGroup
-from quorumq.protocol.configs import group_from_pb, group_to_pb
+from quorumq.protocol.configs import group_from_pb, group_to_pb, message_type_from_pb
 from quorumq.replicator import clients
 from quorumq.replicator.datasource import FORMAT
 from quorumq.store.atomic_file import write_atomically
@@ -132,9 +133,9 @@ def copy_topics(source: str, target: str, topics: tuple[str, ...]) -> dict[str, 
                                                     for broker in target_masters})
         for broker, shape in changes.items():
             clients.admin(target).update_topic(target_masters[broker], topic, shape.read_queue_nums,
-                                               shape.write_queue_nums, shape.perm)
-            log.info("config: %s on %s of the target is now read %d write %d perm %d", topic, broker,
-                     shape.read_queue_nums, shape.write_queue_nums, shape.perm)
+                                               shape.write_queue_nums, shape.perm, shape.message_type.value)
+            log.info("config: %s on %s of the target is now read %d write %d perm %d type %s", topic, broker,
+                     shape.read_queue_nums, shape.write_queue_nums, shape.perm, shape.message_type.value)
         if changes:
             made[topic] = changes
     return made
@@ -155,7 +156,9 @@ def _master_metadata(access_point: str) -> dict[str, Any]:
 def _topic_shapes(access_point: str) -> dict[str, dict[str, TopicShape]]:
     """Broker name -> topic -> shape, of every master (as each broker holds it, not as a route
     would show a topic that does not exist yet)."""
-    return {broker: {t.name: TopicShape(t.read_queue_nums, t.write_queue_nums, t.perm) for t in metadata.topics}
+    return {broker: {t.name: TopicShape(t.read_queue_nums, t.write_queue_nums, t.perm,
+                                        message_type_from_pb(t.message_type) or TopicMessageType.NORMAL)
+                     for t in metadata.topics}
             for broker, metadata in _master_metadata(access_point).items()}
 
 
