@@ -3,6 +3,8 @@ how the server finds which of its connections are open."""
 
 import socket
 
+import pytest
+
 from quorumq import limits
 from quorumq.connection_limits import Peers, client_address, open_connections
 
@@ -67,22 +69,42 @@ def test_after_a_look_up_found_every_connection_open_the_next_waits():
     assert not peers.may_look_up(address, interval_ms - 1) and peers.may_look_up(address, interval_ms)
 
 
-def test_the_open_connections_of_a_port_are_those_among_the_process_descriptors():
+def require_ipv6_loopback() -> None:
+    """Skip the test on a host without IPv6 (no ::1 to bind)."""
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError as error:
+        pytest.skip(f"no IPv6 loopback: {error}")
+
+
+def check_open_connections(server: socket.socket, hosts: list[str], peer_names: list[str]) -> None:
+    """Connect from each host to `server`: each gRPC peer name (its `{port}` filled with the client's
+    port) counts as open, and as closed once the server closed its side."""
+    port = server.getsockname()[1]
+    clients = [socket.create_connection((host, port)) for host in hosts]
+    accepted = [server.accept()[0] for _ in clients]
+    peers = [name.format(port=client.getsockname()[1]) for name, client in zip(peer_names, clients)]
+    try:
+        assert all(map(open_connections(port), peers))
+        assert open_connections(port)("unix:/tmp/s"), "a peer that does not parse counts as open"
+        for sock in accepted:
+            sock.close()
+        assert not any(map(open_connections(port), peers))
+    finally:
+        for sock in clients + accepted:
+            sock.close()
+
+
+def test_the_open_ipv4_connections_of_a_port_are_those_among_the_process_descriptors():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        check_open_connections(server, ["127.0.0.1"], ["ipv4:127.0.0.1:{port}"])
+
+
+def test_on_a_dual_stack_port_ipv4_and_ipv6_connections_are_found_among_the_process_descriptors():
+    require_ipv6_loopback()
     with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as server:
-        port = server.getsockname()[1]
-        clients = [socket.create_connection((host, port)) for host in ("127.0.0.1", "::1")]
-        accepted = [server.accept()[0] for _ in clients]
-        peers = [f"ipv4:127.0.0.1:{clients[0].getsockname()[1]}",
-                 f"ipv6:%5B::1%5D:{clients[1].getsockname()[1]}"]  # as gRPC names them
-        try:
-            assert all(map(open_connections(port), peers))
-            assert open_connections(port)("unix:/tmp/s"), "a peer that does not parse counts as open"
-            for sock in accepted:
-                sock.close()
-            assert not any(map(open_connections(port), peers))
-        finally:
-            for sock in clients + accepted:
-                sock.close()
+        # as gRPC names them: an IPv4 client by its own address, an IPv6 one percent-encoded
+        check_open_connections(server, ["127.0.0.1", "::1"], ["ipv4:127.0.0.1:{port}", "ipv6:%5B::1%5D:{port}"])
 
 
 def test_many_addresses_are_forgotten_once_idle():
