@@ -11,6 +11,9 @@ MiB = 1024 * KiB
 # Names: RocketMQ's rule for topics and groups (characters %|a-zA-Z0-9_-).
 NAME_LENGTH_MAX = 127
 NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+# A consumer group's name leaves room for the prefix of its dead-letter topic, %DLQ%<group>, so that
+# every group's DLQ topic is a legal topic name (RocketMQ takes groups of up to 255 characters).
+GROUP_NAME_LENGTH_MAX = NAME_LENGTH_MAX - len("%DLQ%")
 # An error quotes at most this much of a name or other text the client sent: enough to recognise it
 # (longer than any legal name or tag), while a 10 KB name echoed whole in the status would overflow
 # the 8 KiB of metadata gRPC clients accept and fail the call with RESOURCE_EXHAUSTED instead.

@@ -80,9 +80,10 @@ def test_unknown_group_names_and_filters(stub):
     pulled = list(stub.PullMessage(v5s.PullMessageRequest(
         group=v5.Resource(name="bad group"), message_queue=queue, offset=0, batch_size=1), timeout=10))
     assert pulled[0].status.code == v5.Code.ILLEGAL_CONSUMER_GROUP
-    received = list(stub.ReceiveMessage(v5s.ReceiveMessageRequest(
-        group=v5.Resource(name="bad group"), message_queue=queue, batch_size=1), timeout=10))
-    assert received[0].status.code == v5.Code.ILLEGAL_CONSUMER_GROUP
+    for group in ("bad group", "G" * (limits.GROUP_NAME_LENGTH_MAX + 1)):  # a group's DLQ topic must be a name
+        received = list(stub.ReceiveMessage(v5s.ReceiveMessageRequest(
+            group=v5.Resource(name=group), message_queue=queue, batch_size=1), timeout=10))
+        assert received[0].status.code == v5.Code.ILLEGAL_CONSUMER_GROUP, group
     received = list(stub.ReceiveMessage(v5s.ReceiveMessageRequest(
         group=v5.Resource(name="G"), message_queue=queue, batch_size=1,
         filter_expression=v5.FilterExpression(type=v5.FilterType.SQL, expression="a > 1")), timeout=10))

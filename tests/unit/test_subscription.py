@@ -9,9 +9,12 @@ import json
 import pytest
 from test_store_support import ManualClock
 
+from quorumq import limits
 from quorumq.broker.consumers import ConsumerGroups
 from quorumq.config import Config, Kind
 from quorumq.core import codec, properties
+from quorumq.core.dead_letters import dead_letter_topic
+from quorumq.core.message_rules import check_name
 from quorumq.core.message_types import (
     ACCEPTED,
     TopicMessageType,
@@ -115,6 +118,11 @@ def test_retry_max_times_is_0_to_64():
 
 def test_a_group_needs_a_legal_name_and_known_fields():
     assert error_of(SubscriptionGroup, "bad name") is Error.ILLEGAL_CONSUMER_GROUP
+    check_name("G" * limits.NAME_LENGTH_MAX, Error.ILLEGAL_TOPIC, "topic")  # a legal topic name...
+    assert error_of(SubscriptionGroup, "G" * limits.NAME_LENGTH_MAX) is Error.ILLEGAL_CONSUMER_GROUP, \
+        "... is too long for a group: its DLQ topic would not be a legal name"
+    longest = SubscriptionGroup("G" * limits.GROUP_NAME_LENGTH_MAX)
+    check_name(dead_letter_topic(longest.name), Error.ILLEGAL_TOPIC, "topic")
     assert error_of(group_from_data, {"groupName": "g", "brokerId": 0}) is Error.BAD_REQUEST
     assert error_of(group_from_data, {"groupName": "g", "consumeEnable": "yes"}) is Error.BAD_REQUEST
     assert (parse_bool("TRUE", "-s"), parse_bool("false", "-o")) == (True, False)

@@ -12,7 +12,7 @@ from quorumq.broker.metadata import topic_config_from_pb
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.dead_letters import dead_letter_topic
-from quorumq.core.message_rules import check_name
+from quorumq.core.message_rules import check_group_name, check_name
 from quorumq.core.message_types import TopicMessageType
 from quorumq.core.quorum import BrokerRole
 from quorumq.errors import Error, QuorumqError
@@ -98,7 +98,7 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
             raise QuorumqError(Error.BAD_REQUEST, f"{len(request.groups)} groups in one request, at most "
                                                   f"{limits.GROUPS_PER_REQUEST_MAX}: send them in several")
         for group, first_contact_ms in request.groups.items():
-            check_name(group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+            check_group_name(group)
             if first_contact_ms < 0:
                 raise QuorumqError(Error.BAD_REQUEST, f"group {group}: first contact {first_contact_ms} is negative")
         self.broker.consumers.add_groups(dict(request.groups))
@@ -113,31 +113,31 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
 
     @aborts_on_error
     async def DeleteSubscriptionGroup(self, request):
-        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        check_group_name(request.group)
         await self.broker.topics.delete_subscription(request.group)
         log.info("subscription group %s deleted", request.group)
         return pb.Empty()
 
     @aborts_on_error
     def GetSubscriptionGroup(self, request):
-        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        check_group_name(request.group)
         consumers = self.broker.consumers
         return group_to_pb(consumers.group(request.group), consumers.configured(request.group))
 
     @aborts_on_error
     def GetConsumerProgress(self, request):
-        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        check_group_name(request.group)
         return self._progress(request.group, request.topic)
 
     @aborts_on_error
     def GetConsumerConnections(self, request):
-        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        check_group_name(request.group)
         return pb.ConsumerConnections(broker_name=self.broker.config["brokerName"],
                                       live_consumers=self.broker.consumers.live_consumers(request.group))
 
     @aborts_on_error
     def ResetOffsetByTime(self, request):
-        check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        check_group_name(request.group)
         self.broker.consumers.touch(request.group)  # a new group, within GROUPS_MAX
         store = self.broker.store
         for queue_id in self.broker.readable_queue_ids(request.topic):

@@ -10,10 +10,12 @@ first origin.
 
 from collections.abc import Mapping
 
+from quorumq import limits
 from quorumq.core import properties
 
 DLQ_PREFIX = "%DLQ%"
 DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
+assert len(DLQ_PREFIX) + limits.GROUP_NAME_LENGTH_MAX == limits.NAME_LENGTH_MAX  # every group's DLQ topic is a name
 
 
 def dead_letter_topic(group: str) -> str:

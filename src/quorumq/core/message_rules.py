@@ -23,16 +23,20 @@ def quoted(text: str) -> str:
     return f"{text[:limits.QUOTED_TEXT_MAX]!r}... ({len(text)} characters)"
 
 
-def check_name(name: str, error: Error, what: str) -> str:
-    if name in _checked_names:
+def check_name(name: str, error: Error, what: str, length_max: int = limits.NAME_LENGTH_MAX) -> str:
+    if len(name) <= length_max and name in _checked_names:
         return name
-    if not name or len(name) > limits.NAME_LENGTH_MAX or not _NAME.fullmatch(name):  # `$` passes a final newline
-        raise QuorumqError(error, f"{what} {quoted(name)} must be 1..{limits.NAME_LENGTH_MAX} characters of "
-                                  "%|a-zA-Z0-9_-")
+    if not name or len(name) > length_max or not _NAME.fullmatch(name):  # `$` passes a final newline
+        raise QuorumqError(error, f"{what} {quoted(name)} must be 1..{length_max} characters of %|a-zA-Z0-9_-")
     if len(_checked_names) >= limits.TOPICS_MAX:
         _checked_names.clear()
     _checked_names.add(name)
     return name
+
+
+def check_group_name(name: str) -> str:
+    """A consumer group's name: short enough for its DLQ topic's name (limits.GROUP_NAME_LENGTH_MAX)."""
+    return check_name(name, Error.ILLEGAL_CONSUMER_GROUP, "consumer group", limits.GROUP_NAME_LENGTH_MAX)
 
 
 def check_body(body: bytes, max_body_bytes: int) -> None:

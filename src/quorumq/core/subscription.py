@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quorumq import limits
-from quorumq.core.message_rules import check_name, quoted
+from quorumq.core.message_rules import check_group_name, quoted
 from quorumq.errors import Error, QuorumqError
 
 CUSTOMIZED = "CUSTOMIZED"
@@ -103,7 +103,7 @@ class SubscriptionGroup:
     retry_policy: RetryPolicy = field(default=DEFAULT_RETRY_POLICY)
 
     def __post_init__(self) -> None:
-        check_name(self.name, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+        check_group_name(self.name)
         _check_retry_max_times(self.retry_max_times)
 
     @property

@@ -7,7 +7,7 @@ from quorumq import limits
 from quorumq.broker.broker import Broker
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
-from quorumq.core.message_rules import check_name
+from quorumq.core.message_rules import check_group_name, check_name
 from quorumq.endpoint import messages
 from quorumq.endpoint.messaging import poll_budget
 from quorumq.errors import Error, QuorumqError
@@ -21,7 +21,7 @@ class MessageReaderService(pb_grpc.MessageReaderServicer):
 
     async def PullBatch(self, request, context):
         try:
-            check_name(request.group, Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+            check_group_name(request.group)
             check_name(request.topic, Error.ILLEGAL_TOPIC, "topic")
             tags = messages.tag_filter(v5.FilterExpression(type=v5.FilterType.TAG, expression=request.tag_expression))
             result = await self.broker.pull(request.topic, request.queue_id, request.offset,

@@ -11,7 +11,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.dead_letters import DLQ_PREFIX
-from quorumq.core.message_rules import check_name
+from quorumq.core.message_rules import check_group_name, check_name
 from quorumq.core.message_types import ACCEPTED, TopicMessageType
 from quorumq.core.subscription import EXPONENTIAL, SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
@@ -46,7 +46,7 @@ def topic_name(topic: v5.Resource) -> str:
 
 
 def group_name(group: v5.Resource) -> str:
-    return check_name(resource_name(group), Error.ILLEGAL_CONSUMER_GROUP, "consumer group")
+    return check_group_name(resource_name(group))
 
 
 def resource(name: str) -> v5.Resource:
