@@ -8,7 +8,9 @@ from test_store_support import SEGMENT_BYTES, ManualClock, open_store, queue_fil
 
 from quorumq import limits
 from quorumq.client.producer import Message, RecordEncoder, _encoded_properties
-from quorumq.core import codec
+from quorumq.core import codec, properties
+from quorumq.core.message_types import RecordRules, fifo_queue
+from quorumq.core.message_types import TopicMessageType as T
 from quorumq.endpoint import messages as v5_messages
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import GetStatus
@@ -16,6 +18,10 @@ from quorumq.store import GetStatus
 BORN_MS = 1_600_000_000_000
 BORN_HOST = "10.0.0.9"
 MAX_BODY = 4096
+
+
+def any_record(encoded: bytearray, start: int, end: int) -> None:
+    """No message rules: a record of any type and group is taken (these tests are about storage)."""
 
 
 def sample(index: int, body_bytes: int = 300) -> tuple[Message, str]:
@@ -58,7 +64,8 @@ def test_encoded_batches_are_stored_byte_for_byte_like_v5_sends(tmp_path):
         batch = [sample(index + i, body_bytes=200 + 97 * ((index + i) % 23)) for i in range(7)]
         topic, queue_id = ("A", "B")[round_ % 2], round_ % 3
         expected = by_v5.append(through_v5(topic, queue_id, batch))
-        got = by_records.append_encoded(topic, queue_id, encoded(topic, queue_id, batch), len(batch), MAX_BODY)
+        got = by_records.append_encoded(topic, queue_id, encoded(topic, queue_id, batch), len(batch), MAX_BODY,
+                                        any_record)
         assert got == expected
         index += len(batch)
     by_v5.flush()
@@ -79,10 +86,10 @@ def test_encoded_batches_are_stored_byte_for_byte_like_v5_sends(tmp_path):
 
 
 def rejected(store, records: bytes, count: int = 3, topic: str = "T", queue_id: int = 0,
-             max_body: int = MAX_BODY) -> QuorumqError:
+             max_body: int = MAX_BODY, rules=any_record) -> QuorumqError:
     end, queue_end = store.max_offset, store.queue_max_offset(topic, queue_id)
     with pytest.raises(QuorumqError) as raised:
-        store.append_encoded(topic, queue_id, records, count, max_body)
+        store.append_encoded(topic, queue_id, records, count, max_body, rules)
     assert store.max_offset == end and store.queue_max_offset(topic, queue_id) == queue_end, "nothing stored"
     return raised.value
 
@@ -107,7 +114,7 @@ def test_every_flipped_byte_rejects_the_batch_and_stores_nothing(tmp_path):
     for position in sorted(assigned):
         damaged = bytearray(good)
         damaged[position] ^= 0x5A
-        store.append_encoded("T", 0, bytes(damaged), 3, MAX_BODY)
+        store.append_encoded("T", 0, bytes(damaged), 3, MAX_BODY, any_record)
     stored = store.get_messages("T", 0, 0, 1000, 1 << 20).messages
     assert [m.queue_offset for m in stored] == list(range(3 * len(assigned)))
     store.close()
@@ -121,7 +128,7 @@ def test_records_must_name_the_request_topic_and_queue(tmp_path):
     assert error.error is Error.BAD_REQUEST and error.detail.startswith("record 2 of the batch")
     assert rejected(store, encoded("U", 0, batch), topic="T").error is Error.BAD_REQUEST
     assert rejected(store, encoded("T", 0, batch), queue_id=1).error is Error.BAD_REQUEST
-    assert store.append_encoded("T", 0, encoded("T", 0, batch), 3, MAX_BODY).offsets[0][1] == 0
+    assert store.append_encoded("T", 0, encoded("T", 0, batch), 3, MAX_BODY, any_record).offsets[0][1] == 0
     store.close()
 
 
@@ -151,8 +158,37 @@ def test_limits_and_structure(tmp_path):
     # Only new NORMAL messages: the system flag marks other kinds, which the v5 path refuses too.
     assert rejected(store, raw_record(b"T", 0, b"", b"x", sys_flag=4), count=1).error is Error.MESSAGE_TYPE_UNSUPPORTED
     assert rejected(store, raw_record(b"T", 0, b"", b"x", reconsume_times=1), count=1).error is Error.BAD_REQUEST
-    assert store.append_encoded("T", 0, one_zero_byte + records, 4, MAX_BODY).offsets[3][1] == 3
+    assert store.append_encoded("T", 0, one_zero_byte + records, 4, MAX_BODY, any_record).offsets[3][1] == 3
     assert store.get_messages("T", 0, 0, 10, 1 << 20).status is GetStatus.FOUND
+    store.close()
+
+
+def test_a_record_whose_type_or_group_its_topic_does_not_take_rejects_the_batch(tmp_path):
+    store = open_store(tmp_path / "s")
+    group = next(name for name in (f"g{number}" for number in range(100))
+                 if fifo_queue(name, 4) == 1 != fifo_queue(name, 3))
+    plain, grouped = sample(0)[0], Message(b"fifo", message_group=group)
+    batch = [(plain, "ID0"), (grouped, "ID1")]
+    records = encoded("T", 1, batch)
+
+    def rules(topic_type):
+        return RecordRules("T", topic_type, 1, 4).check
+
+    for topic_type, index in ((T.NORMAL, 1), (T.FIFO, 0)):
+        error = rejected(store, records, count=2, queue_id=1, rules=rules(topic_type))
+        assert error.error is Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, error
+        assert error.detail.startswith(f"record {index} of the batch: topic T takes {topic_type.value} messages")
+    assert store.append_encoded("T", 1, records, 2, MAX_BODY, rules(T.MIXED)).offsets[1][1] == 1
+    assert store.append_encoded("T", 1, records, 2, MAX_BODY, rules(None)).offsets[1][1] == 3, "a DLQ topic"
+    elsewhere = RecordRules("T", T.FIFO, 1, 3).check  # the group's queue among 3 is not 1
+    assert rejected(store, encoded("T", 1, [(grouped, "ID")]), count=1, queue_id=1,
+                    rules=elsewhere).error is Error.BAD_REQUEST
+    bad_group = raw_record(b"T", 1, f"{properties.MESSAGE_GROUP}\x01a\nb\x02".encode(), b"x")
+    assert rejected(store, bad_group, count=1, queue_id=1, rules=rules(T.FIFO)).error is Error.ILLEGAL_MESSAGE_GROUP
+    # A type's property name in a body or inside a value makes no type.
+    in_body = encoded("T", 1, [(Message(f"{properties.MESSAGE_GROUP}\x01g\x02".encode()), "ID")])
+    in_value = raw_record(b"T", 1, b"a\x01DELAY\x01x\x02", b"x")
+    assert store.append_encoded("T", 1, in_body + in_value, 2, MAX_BODY, rules(T.NORMAL)).offsets[1][1] == 5
     store.close()
 
 

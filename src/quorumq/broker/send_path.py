@@ -208,11 +208,11 @@ class SendPath:
         plan = self._admit(count)
         if plan.rejected:
             return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, queue_id, master_epoch=self._broker.master_epoch)
-        queue_id = self._broker.topics.writable_records_queue(topic, queue_id, records, count)
+        rules = self._broker.topics.writable_records_queue(topic, queue_id, records, count)
         max_body_bytes = self.config["maxMessageSize"]
 
         def append() -> AppendResult:
-            appended = self._broker.store.append_encoded(topic, queue_id, records, count, max_body_bytes)
+            appended = self._broker.store.append_encoded(topic, queue_id, records, count, max_body_bytes, rules.check)
             self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset, count))
             return appended
 

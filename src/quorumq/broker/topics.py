@@ -11,7 +11,7 @@ from quorumq.core import codec, properties
 from quorumq.core.dead_letters import DLQ_QUEUES, is_dead_letter_topic
 from quorumq.core.fifo import LEASE_TOPIC
 from quorumq.core.message_rules import check_message_group
-from quorumq.core.message_types import TopicMessageType, check_message_type, fifo_queue
+from quorumq.core.message_types import RecordRules, TopicMessageType, check_message_type, fifo_queue
 from quorumq.core.quorum import BrokerRole
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
@@ -181,20 +181,17 @@ class Topics:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
         return queue_id
 
-    def writable_records_queue(self, topic: str, queue_id: int, records: bytes, count: int) -> int:
+    def writable_records_queue(self, topic: str, queue_id: int, records: bytes, count: int) -> RecordRules:
         """writable_queue for the records a producer encoded for one queue (SendBatch): the queue
-        they name must be writable, and a FIFO record must name its group's queue."""
-        messages = _type_properties(records, count)
-        config = self._config_to_send(topic, messages)
+        they name must be writable. The rules each record keeps (a type the topic takes, a FIFO
+        record its group's queue) are checked by the store as it walks the records (the answer,
+        for append_encoded), where it reads their properties anyway; a send that makes its topic
+        has them checked here first, as a topic is made only for messages it takes."""
+        made = self.configs.get(topic) is None
+        config = self._config_to_send(topic, _records_properties(records, count) if made else ())
         if queue_id >= config.write_queue_nums:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
-        for message in messages:
-            group = message.get(properties.MESSAGE_GROUP)
-            if group is not None and fifo_queue(group, config.write_queue_nums) != queue_id:
-                raise QuorumqError(Error.BAD_REQUEST, f"message group {group!r} goes to queue "
-                                                      f"{fifo_queue(group, config.write_queue_nums)} of topic "
-                                                      f"{topic} on this broker, not {queue_id}")
-        return queue_id
+        return RecordRules(topic, _checked_type(topic, config), queue_id, config.write_queue_nums)
 
     def _config_to_send(self, topic: str, messages: Sequence[Mapping[str, str]]) -> TopicConfig:
         """The config of a topic a send goes to, which takes the type of each message (their
@@ -202,10 +199,8 @@ class Topics:
         and writable here."""
         _check_not_lease_topic(topic)
         config = self.configs.get(topic)
-        # A DLQ topic takes any message, as RocketMQ's proxy checks no type there: a FIFO
-        # message's dead letter keeps its message group.
-        if (config is not None or self.config["autoCreateTopicEnable"]) and not is_dead_letter_topic(topic):
-            kind = config.message_type if config is not None else TopicMessageType.NORMAL
+        kind = _checked_type(topic, config)
+        if kind is not None and (config is not None or self.config["autoCreateTopicEnable"]):
             for message in messages:
                 check_message_type(topic, kind, message)
         config = self.topic_config(topic, create=True)
@@ -228,19 +223,18 @@ class Topics:
         await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")
 
 
-# A message has a type other than NORMAL only when one of these names is among its properties: a
-# request of records without any of them in its bytes is NORMAL messages, known without decoding.
-_TYPE_KEYS = tuple(f"{name}{codec.NAME_VALUE_SEPARATOR}".encode()
-                   for name in (properties.MESSAGE_GROUP, properties.TRANSACTION, *properties.DELAY))
-_NORMAL_MESSAGE: list[Mapping[str, str]] = [{}]
+def _checked_type(topic: str, config: TopicConfig | None) -> TopicMessageType | None:
+    """The type a send to the topic is checked against (None: any), a topic auto-create makes being
+    NORMAL. A DLQ topic takes any message, as RocketMQ's proxy checks no type there: a FIFO
+    message's dead letter keeps its message group."""
+    if is_dead_letter_topic(topic):
+        return None
+    return config.message_type if config is not None else TopicMessageType.NORMAL
 
 
-def _type_properties(records: bytes, count: int) -> Sequence[Mapping[str, str]]:
-    """The properties of a producer's records as far as their types go: one NORMAL message stands
-    for all of them when none can be of another type. A record's group keeps the rules a v5 send's
-    does (core/message_rules.py)."""
-    if not any(key in records for key in _TYPE_KEYS):
-        return _NORMAL_MESSAGE
+def _records_properties(records: bytes, count: int) -> Sequence[Mapping[str, str]]:
+    """The properties of a producer's records, decoded; a record's group keeps the rules a v5
+    send's does (core/message_rules.py)."""
     try:
         messages = codec.records_properties(records, count)
     except ValueError as exc:

@@ -121,7 +121,7 @@ def encode_properties(properties: Mapping[str, str]) -> bytes:
     return text.encode()
 
 
-def decode_properties(data: bytes | memoryview) -> dict[str, str]:
+def decode_properties(data: bytes | bytearray | memoryview) -> dict[str, str]:
     if not data:
         return {}
     result = {}

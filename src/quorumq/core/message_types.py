@@ -4,11 +4,13 @@ messages a topic takes, a message's type from its properties, and the attribute 
 """
 
 import hashlib
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
-from quorumq.core import properties
-from quorumq.core.message_rules import quoted
+from quorumq.core import codec, properties
+from quorumq.core.message_rules import check_message_group, quoted
 from quorumq.errors import Error, QuorumqError
 
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
@@ -59,6 +61,53 @@ def check_message_type(topic: str, topic_type: TopicMessageType, props: Mapping[
         raise QuorumqError(Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                            f"topic {topic} takes {topic_type.value} messages, not {actual.value}"
                            + (" (a FIFO message needs a message group)" if topic_type is _FIFO else ""))
+
+
+# A message has a type other than NORMAL only when one of these names is among its properties: a
+# record whose encoded properties hold none of them (as "name\x01") is NORMAL, known without decoding.
+_TYPE_KEYS = re.compile(b"|".join(re.escape(f"{name}{codec.NAME_VALUE_SEPARATOR}".encode())
+                                  for name in (properties.MESSAGE_GROUP, properties.TRANSACTION, *properties.DELAY)))
+
+
+def check_type_and_group(topic: str, topic_type: TopicMessageType | None, props: Mapping[str, str]) -> str | None:
+    """Refuse a message (its properties) whose group breaks the group rules or whose type the topic's
+    does not take (None: a topic that takes any); its group, or None."""
+    group = props.get(properties.MESSAGE_GROUP)
+    if group is not None:
+        check_message_group(group)
+    if topic_type is not None:
+        check_message_type(topic, topic_type, props)
+    return group
+
+
+@dataclass
+class RecordRules:
+    """What the records a producer encoded for one queue of a topic (SendBatch) must keep: a type the
+    topic takes, and a FIFO record's group the group rules and this queue, the group's queue.
+    store/append.py calls `check` on each record's properties as it walks the records."""
+
+    topic: str
+    topic_type: TopicMessageType | None  # None: the topic takes any type (a DLQ topic)
+    queue_id: int
+    write_queue_nums: int
+    _takes_normal: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._takes_normal = self.topic_type is None or _NORMAL in ACCEPTED[self.topic_type]
+
+    def check(self, encoded: bytes | bytearray, start: int, end: int) -> None:
+        """Refuse the record whose encoded properties, valid UTF-8, are `encoded[start:end]`."""
+        props: Mapping[str, str]
+        if _TYPE_KEYS.search(encoded, start, end) is None:
+            if self._takes_normal:
+                return  # a NORMAL record to a topic that takes it: the common case, one search
+            props = {}
+        else:
+            props = codec.decode_properties(encoded[start:end])
+        group = check_type_and_group(self.topic, self.topic_type, props)
+        if group is not None and (queue := fifo_queue(group, self.write_queue_nums)) != self.queue_id:
+            raise QuorumqError(Error.BAD_REQUEST, f"message group {group!r} goes to queue {queue} of topic "
+                                                  f"{self.topic} on this broker, not {self.queue_id}")
 
 
 def fifo_queue(group: str, write_queue_nums: int) -> int:

@@ -8,7 +8,7 @@ consume-queue entries it staged; all or nothing on bad input.
 """
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -94,15 +94,17 @@ class Appender:
         return self._publish(batch)
 
     def append_encoded(self, topic: str, queue_id: int, records: bytes | memoryview, count: int,
-                       max_body_bytes: int) -> AppendResult:
+                       max_body_bytes: int, check_properties: Callable[[bytearray, int, int], None]) -> AppendResult:
         """Append `count` records of one topic and queue that a producer encoded with
         `codec.encode_record` (assigned fields left at 0), back to back in `records`.
 
         The request is copied into the batch buffer once and each record is patched there (queue
         offset, commit-log offset, store timestamp: outside its CRC) and then checked as recovery
         checks it, so the producer's CRC is this append's check of the bytes. A record must also
-        name `topic` and `queue_id` and keep the limits append() keeps. All or nothing: the first
-        bad record rejects the batch with an error naming its index and the rule.
+        name `topic` and `queue_id`, keep the limits append() keeps and pass `check_properties`
+        (the topic's message rules, core/message_types.py RecordRules.check), given the buffer and
+        where the record's properties start and end, which raises QuorumqError. All or nothing:
+        the first bad record rejects the batch with an error naming its index and the rule.
         """
         self._check_writable()
         if not 0 < count <= limits.BATCH_MESSAGES_MAX:
@@ -153,6 +155,10 @@ class Appender:
                         or properties_length and buffer[properties_end - 1] != 2):
                     _bad_fields(index, view, at, header, topic, queue_id, max_body_bytes)
                 _check_text(index, view, born_host_start, properties_start, properties_end)
+                try:
+                    check_properties(buffer, properties_start, properties_end)
+                except QuorumqError as error:
+                    _bad_record(index, error.error, error.detail)
                 body_bytes += body_length
                 queue.stage(log_offset, size, tag_hash(tags_of(buffer, properties_start, properties_end)))
                 offsets.append((log_offset, queue_offset))

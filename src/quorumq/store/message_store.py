@@ -18,7 +18,7 @@ Threads: every method runs on one thread (the event loop) except `flush` and `ch
 may run in worker threads at the same time as appends (see state.py).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from quorumq import limits
@@ -101,8 +101,8 @@ class MessageStore:
         return self._appender.append(messages)
 
     def append_encoded(self, topic: str, queue_id: int, records: bytes | memoryview, count: int,
-                       max_body_bytes: int) -> AppendResult:
-        return self._appender.append_encoded(topic, queue_id, records, count, max_body_bytes)
+                       max_body_bytes: int, check_properties: Callable[[bytearray, int, int], None]) -> AppendResult:
+        return self._appender.append_encoded(topic, queue_id, records, count, max_body_bytes, check_properties)
 
     def append_raw(self, offset: int, data: bytes) -> int:
         return self._appender.append_raw(offset, data)
