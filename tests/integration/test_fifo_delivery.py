@@ -213,6 +213,41 @@ def test_a_message_whose_last_delivery_failed_is_a_dead_letter(shared_cluster, o
     assert json.loads(progress.stdout)["dead_letters"] == 1
 
 
+@pytest.mark.parametrize("orderly", [True, False], ids=["fifo", "normal"])
+def test_a_dead_letter_that_cannot_be_written_is_held_and_the_receive_answers_the_rest(shared_cluster, orderly):
+    """The receive that reaches a dead letter whose copy fails (its DLQ topic is read-only here)
+    still answers what it took of another queue; the letter is held and written once it can be
+    (checked for a FIFO group: the hold is the same for every group and takes 10 s)."""
+    topic, group = fifo_topic(shared_cluster), fifo_group(shared_cluster, retry_max_times=0, orderly=orderly)
+    admin(shared_cluster, "updateTopic", "-t", f"%DLQ%{group}", "-r", 1, "-w", 1, "-p", 4)
+    config = configuration(shared_cluster)
+    first, other = "a", next(key for key in (f"b{n}" for n in range(64)) if fifo_queue(key, 2) != fifo_queue("a", 2))
+    producer = started_producer(config)
+    consumer = simple_consumer(config, group, topic)
+    try:
+        spent_id = producer.send(fifo_message(topic, first, "spent")).message_id
+        [spent] = consumer.receive(1, 30)
+        producer.send(fifo_message(topic, other, "other queue"))
+        consumer.change_invisible_duration(spent, 0)  # its one delivery (retryMaxTimes 0) failed
+        assert bodies(consumer.receive(32, 30)) == ["other queue"], "answered beside the dead letter refused"
+        assert consumer.receive(32, 30) == [], "the dead letter is held, not delivered"
+        if not orderly:
+            return
+        admin(shared_cluster, "updateTopic", "-t", f"%DLQ%{group}", "-r", 1, "-w", 1, "-p", 6)
+
+        def written() -> bool:
+            assert consumer.receive(32, 30) == [], "a dead letter is not delivered again"
+            progress = cli("admin", "consumerProgress", "-n", shared_cluster["access_point"], "-g", group, "--json")
+            return json.loads(progress.stdout)["dead_letters"] == 1
+
+        check_for(30, 0, written, "the dead letter written once its hold ended")
+        [letter] = read_dead_letters(config, group, 1)
+        assert letter.message_id == spent_id and letter.body == b"spent"
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+
+
 def forward(address: str, group: str, topic: str, message_id: str, handle: str) -> v5.Status:
     request = v5s.ForwardMessageToDeadLetterQueueRequest(
         group=v5.Resource(name=group), topic=v5.Resource(name=topic), receipt_handle=handle, message_id=message_id,

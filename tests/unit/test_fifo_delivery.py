@@ -5,7 +5,8 @@ dead-letters a message after its group's last allowed delivery."""
 import pytest
 from test_consumer_sessions import SteppedClock
 
-from quorumq.broker.consumers import ConsumerGroups
+from quorumq.broker.consumers import ConsumerGroups, DeadLetter
+from quorumq.broker.dead_letters import ahead_of
 from quorumq.broker.lease_log import LEASE_TOPIC, LeaseLog
 from quorumq.config import Config, Kind
 from quorumq.core import fifo
@@ -210,3 +211,15 @@ def test_a_leased_message_comes_back_on_a_master_that_does_not_know_its_members_
         assert offsets(again) == [0] and again.deliveries[0].attempt == 2, "not taken for gone"
         broker.groups.ack("G", TOPIC, again.deliveries[0].receipt_handle)
         assert broker.pop().deliveries == [], "what is not known to be held is not handed out"
+
+
+def test_deliveries_behind_a_dead_letter_not_written_are_held_back_in_its_queue_only(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(3, queue_id=0)
+    broker.send(2, queue_id=1)
+    popped = broker.pop(batch=5, queue_ids=(0, 1))
+    first, too_large, behind, *other_queue = popped.deliveries
+    assert [(d.message.queue_id, d.message.queue_offset) for d in other_queue] == [(1, 0), (1, 1)]
+    failed = [DeadLetter(too_large.message, too_large.receipt_handle, 1)]
+    assert ahead_of(failed, popped.deliveries) == [first, *other_queue]
+    assert ahead_of([], popped.deliveries) == popped.deliveries

@@ -4,6 +4,7 @@ Every answer carries a top-level status; a request the broker cannot serve gets 
 and an unexpected failure is logged and answered INTERNAL_ERROR while the server keeps serving.
 """
 
+import asyncio
 import functools
 import logging
 from typing import Awaitable, Callable
@@ -16,6 +17,7 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from quorumq import limits
 from quorumq.broker.broker import Broker
 from quorumq.broker.consumers import DeadLetter, Delivery
+from quorumq.broker.dead_letters import ahead_of
 from quorumq.broker.send_path import PutResult
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
@@ -304,40 +306,40 @@ class MessagingService(UnservedMessagingService):
                 popped = consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
                                        int(invisible_s * 1000))
                 answers, too_large = self._answers(group, topic, popped.deliveries, limit)
-                # Dead letters are written before the answer: a FIFO queue hands nothing out
-                # ahead of one that is not yet in its DLQ topic.
+                # Dead letters are written before the answer, while the lease records' copies are
+                # awaited: a FIFO queue hands nothing out ahead of one not yet in its DLQ topic.
                 letters = popped.dead_letters + too_large
-                if letters:
-                    await self.broker.dead_letters.write(group, topic, letters, answer_by(context, self.broker.clock))
-                if popped.record_end is not None:
-                    await self.broker.sends.await_record(popped.record_end, need_ack,
-                                                         answer_by(context, self.broker.clock))
-                if answers:
-                    skipped = {letter.receipt_handle for letter in too_large}
-                    self.broker.count_read(topic, group, [delivery.message for delivery in popped.deliveries
-                                                          if delivery.receipt_handle not in skipped])
-                    return answers
-                if letters:
-                    continue  # read what lies behind them at once
+                by = answer_by(context, self.broker.clock)
+                record = (asyncio.sleep(0) if popped.record_end is None
+                          else self.broker.sends.await_record(popped.record_end, need_ack, by))
+                failed, _ = await asyncio.gather(self.broker.dead_letters.write(group, topic, letters, by), record)
+                delivered = [delivery for delivery in popped.deliveries if delivery.receipt_handle in answers]
+                if failed and in_order:
+                    delivered = ahead_of([letter for letter, _ in failed], delivered)
+                if delivered:
+                    self.broker.count_read(topic, group, [delivery.message for delivery in delivered])
+                    return [answers[delivery.receipt_handle] for delivery in delivered]
+                if len(failed) < len(letters):
+                    continue  # read what lies behind those written at once
             left = deadline - self.broker.clock.monotonic()
             if left <= 0:
                 return []
             await self.broker.arrivals.wait(topic, min(left, LEASE_RECHECK_S))
 
     def _answers(self, group: str, topic: str, deliveries: list[Delivery],
-                 limit: int | None) -> tuple[list[v5.Message], list[DeadLetter]]:
-        """The v5 messages of `deliveries`, except any whose answer is above `limit`: the client
-        could never receive it, and it would fail every receive it joined. Such a message is a
-        dead letter (logged once, counted in msgSkippedTooLargeTotal): a client without the limit
-        reads it from the DLQ topic, and PullMessage can still read it at its offset."""
-        answers, too_large = [], []
+                 limit: int | None) -> tuple[dict[str, v5.Message], list[DeadLetter]]:
+        """The v5 message of each of `deliveries` by its receipt handle, except any whose answer is
+        above `limit`: the client could never receive it, and it would fail every receive it joined.
+        Such a message is a dead letter (logged once, counted in msgSkippedTooLargeTotal): a client
+        without the limit reads it from the DLQ topic, and PullMessage can still read it at its offset."""
+        answers, too_large = {}, []
         for delivery in deliveries:
             message = messages.outgoing(delivery.message, delivery.attempt)
             message.system_properties.receipt_handle = delivery.receipt_handle
             message.system_properties.invisible_duration.FromMilliseconds(delivery.invisible_ms)
             size = None if limit is None else messages.answer_bytes(message)
             if size is None or size <= limit:
-                answers.append(message)
+                answers[delivery.receipt_handle] = message
                 continue
             too_large.append(DeadLetter(delivery.message, delivery.receipt_handle, delivery.attempt))
             self.broker.stats["msgSkippedTooLargeTotal"] += 1
@@ -398,7 +400,9 @@ class MessagingService(UnservedMessagingService):
         group = group_name(request.group)
         topic = topic_name(request.topic)
         letter = self.broker.consumers.dead_letter(group, topic, request.receipt_handle)
-        await self.broker.dead_letters.write(group, topic, [letter], answer_by(context, self.broker.clock))
+        for _, error in await self.broker.dead_letters.write(group, topic, [letter],
+                                                              answer_by(context, self.broker.clock)):
+            raise error
         return v5s.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # Offset-addressed reads.
