@@ -1,6 +1,7 @@
 """The replicator's jobs on real Spark (local mode, one session for the module) between two real
 quorumq clusters, A and B, started with `quorumq up --cluster A` and `--cluster B`."""
 
+import collections
 import json
 import shutil
 import uuid
@@ -56,6 +57,11 @@ def settings_for(source: dict, target: dict, topic: str, checkpoint: Path, **opt
                     checkpoint=checkpoint, **{**defaults, **options})
 
 
+def copy_topics(primary: dict, standby: dict, topic: str) -> dict:
+    """One run of the config job's topic part for one topic; the changes made."""
+    return jobs.copy_topics(jobs.masters(primary["access_point"]), jobs.masters(standby["access_point"]), (topic,))
+
+
 def run_until(queries: list, done, what: str) -> None:
     """Wait for `done()` while the queries run, then for each query's trigger to end, so that the
     batch that did it has committed (the sink's commit writes the metrics), then stop them; a query
@@ -80,7 +86,7 @@ def test_messages_arrive_in_per_queue_order_with_their_source_stamped(spark, clu
     topic = new_topic()
     create_topic(primary, topic, 4)
     produce(primary, topic, per_queue=250, queues=4)
-    assert jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,)) == {
+    assert copy_topics(primary, standby, topic) == {
         topic: {"broker-a": TopicShape(4, 4, 6)}}
     settings = settings_for(primary, standby, topic, tmp_path)
     run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 4) == [250] * 4,
@@ -141,7 +147,7 @@ def test_a_group_moved_to_the_standby_skips_nothing_and_never_moves_under_a_live
     topic, group = new_topic(), "MovingGroup"
     create_topic(primary, topic, 2)
     produce(primary, topic, per_queue=300, queues=2)
-    jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,))
+    copy_topics(primary, standby, topic)
     settings = settings_for(primary, standby, topic, tmp_path, groups=(group,), checkpoint_interval_s=1.0)
     run_until([jobs.start_replicate(spark, settings)], lambda: queue_ends(standby, topic, 2) == [300, 300],
               "everything replicated")
@@ -196,7 +202,8 @@ def make_group_known(cluster: dict, group: str, topic: str) -> int:
         consumer.shutdown()
 
 
-def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_and_their_configs(clusters):
+def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_and_their_configs(clusters,
+                                                                                                   monkeypatch):
     primary, standby = clusters
     created, expanded, larger = new_topic(), new_topic(), new_topic()
     for topic in (created, expanded, larger):
@@ -208,8 +215,14 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_a
     fifo = SubscriptionGroup(group, consume_message_orderly=True, retry_max_times=3)
     with Blocking(AdminClient, primary["access_point"]) as admin:
         admin.update_subscription_group([b.address for b in admin.brokers(masters_only=True)], group_to_pb(fifo))
+    fetched = collections.Counter()  # master address -> metadata look-ups, which a run makes once
+    for cluster in clusters:
+        admin = jobs.clients.admin(cluster["access_point"])
+        monkeypatch.setattr(admin, "metadata", lambda address, fetch=admin.metadata: fetched.update([address])
+                            or fetch(address))
     changes, groups, configs = jobs.copy_config(primary["access_point"], standby["access_point"],
                                                 (created, expanded, larger))
+    assert len(fetched) == 2 and set(fetched.values()) == {1}, fetched
     assert changes == {created: {"broker-a": TopicShape(8, 8, 6)}, expanded: {"broker-a": TopicShape(8, 8, 6)}}
     assert groups == {"broker-a": {group: first_contact_ms}}
     assert configs == {"broker-a": {group: fifo}}
@@ -238,7 +251,7 @@ def test_a_fifo_topic_arrives_fifo_with_each_message_in_its_group(clusters):
         sent = producer.send_batch(topic, [Message(f"{group}-{index}".encode(), message_group=group)
                                            for index in range(5) for group in groups])
         assert all(result.ok for result in sent)
-    assert jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,)) == {
+    assert copy_topics(primary, standby, topic) == {
         topic: {"broker-a": TopicShape(4, 4, 6, TopicMessageType.FIFO)}}
     with Blocking(AdminClient, standby["access_point"]) as admin:
         assert admin.topic_types()[topic] == "FIFO"
@@ -314,7 +327,7 @@ def poisoned_topic(primary: dict, standby: dict) -> str:
     produce(primary, topic, per_queue=1, queues=1, body_bytes=100 * 1024, start=12)
     produce(primary, topic, per_queue=7, queues=1, start=13)  # queue 0: 20 messages, two of them too large
     produce(primary, topic, per_queue=15, queues=1, start=5, first_queue=1)  # queue 1: 20 good ones
-    jobs.copy_topics(primary["access_point"], standby["access_point"], (topic,))
+    copy_topics(primary, standby, topic)
     return topic
 
 

@@ -120,20 +120,37 @@ def _tick(spark: Any, name: str, settings: Settings, interval_s: float, work: Ca
 
 # Config.
 
-def copy_topics(source: str, target: str, topics: tuple[str, ...]) -> dict[str, dict[str, TopicShape]]:
+@dataclass(frozen=True)
+class Masters:
+    """The masters of the cluster behind an access point as one look-up found them: each one's
+    address and metadata (topics as the broker holds them, consumer groups, subscription configs),
+    by broker name."""
+
+    access_point: str
+    addresses: dict[str, str]
+    metadata: dict[str, Any]
+
+
+def masters(access_point: str) -> Masters:
+    admin = clients.admin(access_point)
+    brokers = admin.brokers(clients.cluster_name(access_point), masters_only=True)
+    addresses = {broker.broker_name: broker.address for broker in brokers}
+    return Masters(access_point, addresses, {broker: admin.metadata(address) for broker, address in addresses.items()})
+
+
+def copy_topics(source: Masters, target: Masters, topics: tuple[str, ...]) -> dict[str, dict[str, TopicShape]]:
     """Create or expand each topic on every master of the target as the source has it; the changes
     made, by topic and target broker name."""
-    source_shapes = _topic_shapes(source)
-    target_shapes = _topic_shapes(target)
-    target_masters = _masters(target)
+    source_shapes, target_shapes = _topic_shapes(source), _topic_shapes(target)
     made = {}
     for topic in topics:
         source_topic = {broker: shapes[topic] for broker, shapes in source_shapes.items() if topic in shapes}
         changes = plan.topic_changes(source_topic, {broker: target_shapes[broker].get(topic)
-                                                    for broker in target_masters})
+                                                    for broker in target.addresses})
         for broker, shape in changes.items():
-            clients.admin(target).update_topic(target_masters[broker], topic, shape.read_queue_nums,
-                                               shape.write_queue_nums, shape.perm, shape.message_type.value)
+            clients.admin(target.access_point).update_topic(target.addresses[broker], topic, shape.read_queue_nums,
+                                                            shape.write_queue_nums, shape.perm,
+                                                            shape.message_type.value)
             log.info("config: %s on %s of the target is now read %d write %d perm %d type %s", topic, broker,
                      shape.read_queue_nums, shape.write_queue_nums, shape.perm, shape.message_type.value)
         if changes:
@@ -141,28 +158,16 @@ def copy_topics(source: str, target: str, topics: tuple[str, ...]) -> dict[str, 
     return made
 
 
-def _masters(access_point: str) -> dict[str, str]:
-    """Broker name -> address of each master of the cluster behind the access point."""
-    brokers = clients.admin(access_point).brokers(clients.cluster_name(access_point), masters_only=True)
-    return {broker.broker_name: broker.address for broker in brokers}
-
-
-def _master_metadata(access_point: str) -> dict[str, Any]:
-    """Broker name -> metadata (topics as the broker holds them, consumer groups) of every master."""
-    admin = clients.admin(access_point)
-    return {broker: admin.metadata(address) for broker, address in _masters(access_point).items()}
-
-
-def _topic_shapes(access_point: str) -> dict[str, dict[str, TopicShape]]:
+def _topic_shapes(masters: Masters) -> dict[str, dict[str, TopicShape]]:
     """Broker name -> topic -> shape, of every master (as each broker holds it, not as a route
     would show a topic that does not exist yet)."""
     return {broker: {t.name: TopicShape(t.read_queue_nums, t.write_queue_nums, t.perm,
                                         message_type_from_pb(t.message_type) or TopicMessageType.NORMAL)
                      for t in metadata.topics}
-            for broker, metadata in _master_metadata(access_point).items()}
+            for broker, metadata in masters.metadata.items()}
 
 
-def copy_groups(source: str, target: str) -> dict[str, dict[str, int]]:
+def copy_groups(source: Masters, target: Masters) -> dict[str, dict[str, int]]:
     """Make every master of the target know the consumer groups the source's masters know, each
     from its earliest first contact there (core.replicator.group_changes), so that a group moved to
     the target, on a queue it has no offset for, starts no later than the copies of what the source
@@ -170,28 +175,27 @@ def copy_groups(source: str, target: str) -> dict[str, dict[str, int]]:
     added (first contact, ms), by target broker name. Offsets are not copied: they differ between
     clusters, and the checkpoint job translates them (a group has one on every queue it received
     from, its start included)."""
-    source_groups, target_groups = ({broker: dict(data.groups) for broker, data in _master_metadata(side).items()}
+    source_groups, target_groups = ({broker: dict(data.groups) for broker, data in side.metadata.items()}
                                     for side in (source, target))
     changes = plan.group_changes(source_groups, target_groups)
-    target_masters = _masters(target)
     for broker, groups in changes.items():
-        clients.admin(target).add_consumer_groups(target_masters[broker], groups)
+        clients.admin(target.access_point).add_consumer_groups(target.addresses[broker], groups)
         log.info("config: %s of the target now knows the groups %s", broker, ", ".join(groups))
     return changes
 
 
-def copy_subscriptions(source: str, target: str) -> dict[str, dict[str, SubscriptionGroup]]:
+def copy_subscriptions(source: Masters, target: Masters) -> dict[str, dict[str, SubscriptionGroup]]:
     """Make every master of the target hold the subscription configs the source's masters hold
     (core.replicator.subscription_changes), as updateSubGroup would; the configs set, by target
     broker name."""
     source_groups, target_groups = ({broker: {config.group_name: group_from_pb(config)
                                               for config in data.subscription_groups}
-                                     for broker, data in _master_metadata(side).items()} for side in (source, target))
+                                     for broker, data in side.metadata.items()} for side in (source, target))
     changes = plan.subscription_changes(source_groups, target_groups)
-    target_masters = _masters(target)
     for broker, groups in changes.items():
         for group in groups.values():
-            clients.admin(target).update_subscription_group([target_masters[broker]], group_to_pb(group))
+            clients.admin(target.access_point).update_subscription_group([target.addresses[broker]],
+                                                                         group_to_pb(group))
         log.info("config: %s of the target now has the subscription configs of %s", broker, ", ".join(groups))
     return changes
 
@@ -199,16 +203,20 @@ def copy_subscriptions(source: str, target: str) -> dict[str, dict[str, Subscrip
 def copy_config(source: str, target: str, topics: tuple[str, ...]) \
         -> tuple[dict[str, dict[str, TopicShape]], dict[str, dict[str, int]], dict[str, dict[str, SubscriptionGroup]]]:
     """One run of the config job: the topics, then the consumer groups and their subscription
-    configs; the changes made. Access rules are not copied: quorumq brokers have none yet
-    (aclEnable is accepted but unused)."""
-    return copy_topics(source, target, topics), copy_groups(source, target), copy_subscriptions(source, target)
+    configs, from one look-up of each cluster's masters (a topic's change leaves the groups and
+    configs as they were); the changes made. Access rules are not copied: quorumq brokers have none
+    yet (aclEnable is accepted but unused)."""
+    source_masters, target_masters = masters(source), masters(target)
+    return (copy_topics(source_masters, target_masters, topics), copy_groups(source_masters, target_masters),
+            copy_subscriptions(source_masters, target_masters))
 
 
 def ensure_system_topic(access_point: str, topic: str) -> None:
     """A system topic with one queue on every master that lacks it."""
-    for broker, shapes in _topic_shapes(access_point).items():
+    found = masters(access_point)
+    for broker, shapes in _topic_shapes(found).items():
         if topic not in shapes:
-            clients.admin(access_point).update_topic(_masters(access_point)[broker], topic, SYSTEM_TOPIC_QUEUES,
+            clients.admin(access_point).update_topic(found.addresses[broker], topic, SYSTEM_TOPIC_QUEUES,
                                                      SYSTEM_TOPIC_QUEUES)
 
 
