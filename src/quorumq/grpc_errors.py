@@ -14,51 +14,11 @@ import grpc
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error, QuorumqError
 
-Status = grpc.StatusCode
-
 # The trailing metadata key of a failed call's Error ("-bin": gRPC carries the value as bytes).
 ERROR_KEY = "quorumq-error-bin"
 
-GRPC_STATUSES: dict[Error, grpc.StatusCode] = {
-    Error.BAD_REQUEST: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_TOPIC: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_CONSUMER_GROUP: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_MESSAGE_TAG: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_MESSAGE_KEY: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_MESSAGE_PROPERTY_KEY: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_MESSAGE_ID: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_FILTER_EXPRESSION: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_INVISIBLE_TIME: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_POLLING_TIME: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_OFFSET: Status.OUT_OF_RANGE,
-    Error.INVALID_RECEIPT_HANDLE: Status.INVALID_ARGUMENT,
-    Error.UNRECOGNIZED_CLIENT_TYPE: Status.INVALID_ARGUMENT,
-    Error.MESSAGE_BODY_EMPTY: Status.INVALID_ARGUMENT,
-    Error.MESSAGE_BODY_TOO_LARGE: Status.INVALID_ARGUMENT,
-    Error.MESSAGE_PROPERTIES_TOO_LARGE: Status.INVALID_ARGUMENT,
-    Error.BATCH_TOO_LARGE: Status.INVALID_ARGUMENT,
-    Error.RECORD_CORRUPTED: Status.INVALID_ARGUMENT,
-    Error.CONFIG_INVALID: Status.INVALID_ARGUMENT,
-    Error.REQUEST_TOO_LARGE: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_MESSAGE_GROUP: Status.INVALID_ARGUMENT,
-    Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_RETRY_POLICY: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_RETRY_MAX_TIMES: Status.INVALID_ARGUMENT,
-    Error.ILLEGAL_TOPIC_ATTRIBUTE: Status.INVALID_ARGUMENT,
-    Error.TOPIC_NOT_FOUND: Status.NOT_FOUND,
-    Error.CONSUMER_GROUP_NOT_FOUND: Status.NOT_FOUND,
-    Error.BROKER_NOT_FOUND: Status.NOT_FOUND,
-    Error.MESSAGE_TYPE_UNSUPPORTED: Status.UNIMPLEMENTED,
-    Error.NOT_IMPLEMENTED: Status.UNIMPLEMENTED,
-    Error.NO_PERMISSION: Status.PERMISSION_DENIED,
-    Error.TOO_MANY_REQUESTS: Status.RESOURCE_EXHAUSTED,
-    Error.DISK_FULL: Status.RESOURCE_EXHAUSTED,
-    Error.SERVICE_NOT_AVAILABLE: Status.UNAVAILABLE,
-    Error.SLAVE_PERSISTENCE_TIMEOUT: Status.DEADLINE_EXCEEDED,
-    Error.REPLICATION_FAILED: Status.ABORTED,
-    Error.INTERNAL_ERROR: Status.INTERNAL,
-    Error.STORE_CORRUPTED: Status.DATA_LOSS,
-}
+# Each entry's gRPC status, as the catalogue names it.
+GRPC_STATUSES: dict[Error, grpc.StatusCode] = {error: grpc.StatusCode[error.value.grpc_status] for error in Error}
 
 
 def grpc_status(error: Error) -> grpc.StatusCode:

@@ -1,7 +1,8 @@
-"""The error catalogue as data: each entry's own published code, its one wire mapping, and a client
-reading the entry from the code a failed cluster RPC carries, never from text."""
+"""The error catalogue as data: each entry's own published code, its gRPC status and v5 code, and a
+client reading the entry from the code a failed cluster RPC carries, never from text."""
 
 import grpc
+from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from quorumq.client.errors import ClientError
 from quorumq.core.put_status import PutStatus
@@ -39,10 +40,13 @@ def test_published_codes_never_change():
     assert {name: current.get(name) for name in PUBLISHED} == PUBLISHED
 
 
-def test_every_entry_and_put_status_maps_to_the_wire_once():
+def test_every_entry_names_its_grpc_status_and_v5_code_and_each_is_mapped_once():
+    for error in Error:
+        assert error.value.grpc_status in grpc.StatusCode.__members__, error
+        assert error.value.v5_code in v5.Code.keys(), error
+        assert GRPC_STATUSES[error] is grpc.StatusCode[error.value.grpc_status]
+        assert V5_CODES[error] == v5.Code.Value(error.value.v5_code)
     assert set(V5_CODES) == set(GRPC_STATUSES) == set(Error)
-    assert all(isinstance(code, int) for code in V5_CODES.values())
-    assert all(isinstance(status, grpc.StatusCode) for status in GRPC_STATUSES.values())
     assert set(PUT_STATUS_CODES) == set(PutStatus)
 
 

@@ -1,6 +1,7 @@
-"""How errors travel on the v5 service: the table mapping each catalogue entry (errors.py) to the
-RocketMQ v5 `Code` the official clients understand, and the v5 code of each put status. How a
-failed call carries an entry (its gRPC status and code) is grpc_errors.py, on every port."""
+"""How errors travel on the v5 service: each catalogue entry's RocketMQ v5 `Code`, which the
+official clients understand (the one its entry in errors.py names), and the v5 code of each put
+status. How a failed call carries an entry (its gRPC status and code) is grpc_errors.py, on every
+port."""
 
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
@@ -9,47 +10,8 @@ from quorumq.errors import Error
 
 Code = v5.Code
 
-# Several entries share a v5 code where RocketMQ has no closer one; the catalogue code tells them apart.
-V5_CODES: dict[Error, int] = {
-    Error.BAD_REQUEST: Code.BAD_REQUEST,
-    Error.ILLEGAL_TOPIC: Code.ILLEGAL_TOPIC,
-    Error.ILLEGAL_CONSUMER_GROUP: Code.ILLEGAL_CONSUMER_GROUP,
-    Error.ILLEGAL_MESSAGE_TAG: Code.ILLEGAL_MESSAGE_TAG,
-    Error.ILLEGAL_MESSAGE_KEY: Code.ILLEGAL_MESSAGE_KEY,
-    Error.ILLEGAL_MESSAGE_PROPERTY_KEY: Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-    Error.ILLEGAL_MESSAGE_ID: Code.ILLEGAL_MESSAGE_ID,
-    Error.ILLEGAL_FILTER_EXPRESSION: Code.ILLEGAL_FILTER_EXPRESSION,
-    Error.ILLEGAL_INVISIBLE_TIME: Code.ILLEGAL_INVISIBLE_TIME,
-    Error.ILLEGAL_POLLING_TIME: Code.ILLEGAL_POLLING_TIME,
-    Error.ILLEGAL_OFFSET: Code.ILLEGAL_OFFSET,
-    Error.INVALID_RECEIPT_HANDLE: Code.INVALID_RECEIPT_HANDLE,
-    Error.UNRECOGNIZED_CLIENT_TYPE: Code.UNRECOGNIZED_CLIENT_TYPE,
-    Error.MESSAGE_BODY_EMPTY: Code.MESSAGE_BODY_EMPTY,
-    Error.MESSAGE_BODY_TOO_LARGE: Code.MESSAGE_BODY_TOO_LARGE,
-    Error.MESSAGE_PROPERTIES_TOO_LARGE: Code.MESSAGE_PROPERTIES_TOO_LARGE,
-    Error.BATCH_TOO_LARGE: Code.PAYLOAD_TOO_LARGE,
-    Error.RECORD_CORRUPTED: Code.MESSAGE_CORRUPTED,
-    Error.CONFIG_INVALID: Code.BAD_REQUEST,
-    Error.REQUEST_TOO_LARGE: Code.PAYLOAD_TOO_LARGE,
-    Error.ILLEGAL_MESSAGE_GROUP: Code.ILLEGAL_MESSAGE_GROUP,
-    Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-    Error.ILLEGAL_RETRY_POLICY: Code.BAD_REQUEST,
-    Error.ILLEGAL_RETRY_MAX_TIMES: Code.BAD_REQUEST,
-    Error.ILLEGAL_TOPIC_ATTRIBUTE: Code.BAD_REQUEST,
-    Error.TOPIC_NOT_FOUND: Code.TOPIC_NOT_FOUND,
-    Error.CONSUMER_GROUP_NOT_FOUND: Code.CONSUMER_GROUP_NOT_FOUND,
-    Error.BROKER_NOT_FOUND: Code.NOT_FOUND,
-    Error.MESSAGE_TYPE_UNSUPPORTED: Code.UNSUPPORTED,
-    Error.NOT_IMPLEMENTED: Code.NOT_IMPLEMENTED,
-    Error.NO_PERMISSION: Code.FORBIDDEN,
-    Error.TOO_MANY_REQUESTS: Code.TOO_MANY_REQUESTS,
-    Error.DISK_FULL: Code.INTERNAL_SERVER_ERROR,
-    Error.SERVICE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
-    Error.SLAVE_PERSISTENCE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
-    Error.REPLICATION_FAILED: Code.INTERNAL_SERVER_ERROR,
-    Error.INTERNAL_ERROR: Code.INTERNAL_ERROR,
-    Error.STORE_CORRUPTED: Code.INTERNAL_ERROR,
-}
+# Each entry's v5 code, as the catalogue names it.
+V5_CODES: dict[Error, int] = {error: Code.Value(error.value.v5_code) for error in Error}
 
 PUT_STATUS_CODES: dict[PutStatus, int] = {
     PutStatus.PUT_OK: Code.OK,
