@@ -83,7 +83,7 @@ class ReplicationSlave:
         self._epochs = epochs
         self._epoch_file = epoch_file
         self.known_epoch = known_epoch  # the master epoch the controller announced (0 without one)
-        self._on_appended = on_appended  # called after the records of each read are appended
+        self._on_appended = on_appended  # called soon after the records of each read are appended and acked
         self._heartbeat_s = heartbeat_interval_s
         self._housekeeping_s = housekeeping_interval_s
         self._backoff_min_s = backoff_min_s
@@ -182,12 +182,14 @@ class ReplicationSlave:
                     if task.done():
                         task.result()  # raises what ended a helper loop
                 if appended:
-                    if self._on_appended is not None:
-                        self._on_appended()
                     if self.acks_flushed:
                         flush_wanted.set()
                     else:
                         self._send_ack(writer, codec)
+                    if self._on_appended is not None:
+                        # Once the ack (or the flush before it) is under way: a send waiting for
+                        # this copy does not wait for what the broker does with it.
+                        asyncio.get_running_loop().call_soon(self._on_appended)
                 if closed:
                     return
                 await asyncio.sleep(0)  # read() does not yield while data is buffered
