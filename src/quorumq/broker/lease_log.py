@@ -5,7 +5,7 @@ Every change of a FIFO (group, topic, queue)'s state is a record in the system t
 whose body is the queue's complete new state. A master appends the record and adopts the state
 in the same event-loop step as its decision (`change`), so no other request sees the one without
 the other; every broker applies the topic in queue order (`catch_up`): a slave after each copy it
-appends, a broker as it opens (from `fifoLeases.json`, written with the consumer offsets) and as
+appends and acks, a broker as it opens (from `fifoLeases.json`, written with the consumer offsets) and as
 it becomes master. Applying a record replaces its queue's state; leases expire at the applier's
 now plus what they had left, later than on the master that granted them (the safe side).
 
@@ -51,13 +51,13 @@ class LeaseLog:
         then adopt it; returns the commit-log end of the record, what copies must hold for the
         change to survive a failover. Raises, changing nothing, on a broker that is not a master."""
         self._check_role()
-        self.catch_up()
+        # A master applied every record as it opened or took the role, and appends only its own.
+        assert self.cursor == self._store.queue_max_offset(LEASE_TOPIC, 0), self.cursor
         body = fifo.encode_record(key, queue, now_ms)
         appended = self._store.append([MessageIn(topic=LEASE_TOPIC, queue_id=0, body=body, properties={},
                                                  born_timestamp_ms=self._clock.now_ms(),
                                                  born_host=self._store_host)])
         [(_, queue_offset)] = appended.offsets
-        assert queue_offset == self.cursor, (queue_offset, self.cursor)
         self.cursor = queue_offset + 1
         self.queues[key] = queue
         self._changed = True
