@@ -22,7 +22,7 @@ import inspect
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -183,13 +183,25 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
     (RESOURCE_EXHAUSTED) and a message saying which; a connection whose answers stay unread is
     closed."""
 
-    def __init__(self, peers: Peers, monotonic_ms: Callable[[], int], port: int) -> None:
+    def __init__(self, peers: Peers, monotonic_ms: Callable[[], int]) -> None:
         self.peers = peers
         self._monotonic_ms = monotonic_ms  # the server's Clock's
-        self._port = port  # the server's own: the local end of its clients' connections
+        self._port = 0  # the server's own, once it listens: the local end of its clients' connections
         self._sent: dict[str, asyncio.Event] = {}  # peer -> set when one of its answers was sent
         self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # method -> its handler, wrapped once
         self._closer: asyncio.Task | None = None  # closes the connections whose answers stay unread
+
+    def start(self, port: int) -> None:
+        """The server starts on `port`: from now on until `stop`, connections whose answers stay
+        unread are closed."""
+        self._port = port
+        self._closer = asyncio.get_running_loop().create_task(self._close_unread())
+
+    async def stop(self) -> None:
+        if self._closer is not None:
+            self._closer.cancel()
+            await asyncio.gather(self._closer, return_exceptions=True)
+            self._closer = None
 
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
@@ -229,8 +241,6 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
 
     async def _start(self, context) -> str:
         """Count the call; it starts once its connection has room for answers (back-pressure)."""
-        if self._closer is None:  # the first call: the server's loop runs
-            self._closer = asyncio.get_running_loop().create_task(self._close_unread())
         peer, now_ms = context.peer(), self._monotonic_ms()
         address = client_address(peer)
         started = self.peers.call_started(peer, now_ms)
@@ -297,26 +307,33 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
     async def _close_unread(self) -> None:
         while True:
             await asyncio.sleep(self.peers.unread_ms / 4000)
-            for peer in self.peers.unread(self._monotonic_ms()):
-                closed = close_connection(peer, self._port)
+            unread = self.peers.unread(self._monotonic_ms())
+            closed = close_connections(unread, self._port) if unread else set()
+            for peer in unread:
                 log.warning("%s: %s its connection, which sent none of the answers it holds in %d ms "
-                            "(grpcUnreadAnswerTimeoutMills)", peer, "closed" if closed else "found no socket of",
-                            self.peers.unread_ms)
+                            "(grpcUnreadAnswerTimeoutMills)", peer,
+                            "closed" if peer in closed else "found no socket of", self.peers.unread_ms)
 
 
-def close_connection(peer: str, port: int) -> bool:
-    """Shut down the TCP connection of this process whose local port is `port` and whose other end is
-    the gRPC peer ("ipv4:127.0.0.1:5000"): gRPC then ends its calls and drops what they hold. Whether
-    it was found among the process's descriptors (shutdown acts on the socket, so a duplicate does)."""
-    remote = _remote(peer)
+def close_connections(peers: Iterable[str], port: int) -> set[str]:
+    """Shut down the TCP connections of this process whose local port is `port` and whose other
+    ends are the gRPC peers ("ipv4:127.0.0.1:5000"), in one walk of its descriptors: gRPC then ends
+    their calls and drops what they hold. The peers whose connection was found and shut down
+    (shutdown acts on the socket, so a duplicate does)."""
+    wanted = {remote: peer for peer in peers if (remote := _remote(peer)) is not None}
+    closed = set()
     for other, sock in _connections(port):
-        if other == remote:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # closed meanwhile
-                return False
-            return True
-    return False
+        peer = wanted.pop(other, None)
+        if peer is None:
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # closed meanwhile
+            continue
+        closed.add(peer)
+        if not wanted:
+            break
+    return closed
 
 
 def open_connections(port: int) -> Callable[[str], bool]:

@@ -6,6 +6,7 @@ import logging
 import resource
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -162,9 +163,32 @@ def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str,
     return handler._replace(request_deserializer=None, **{kind: answer})
 
 
+class LimitedServer:
+    """A grpc.aio.Server (its methods, through this) and its connection limits, whose closing of
+    connections with unread answers runs from the server's start to its stop."""
+
+    def __init__(self, server: grpc.aio.Server, limited: ConnectionLimits, port: int) -> None:
+        self._server = server
+        self._limited = limited
+        self.port = port
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+    async def start(self) -> None:
+        self._limited.start(self.port)
+        await self._server.start()
+
+    async def stop(self, grace: float | None) -> None:
+        try:
+            await self._server.stop(grace)
+        finally:
+            await self._limited.stop()
+
+
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock) -> grpc.aio.Server:
+                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock) -> LimitedServer:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
@@ -178,12 +202,12 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     peers = Peers(config["grpcMaxConnectionsPerAddress"], config["grpcClientIdleTimeMills"],
                   config["grpcPendingAnswerBytesPerConnection"], config["grpcPendingAnswerBytesTotal"],
                   config["grpcUnreadAnswerTimeoutMills"])
-    limited = ConnectionLimits(peers, clock.monotonic_ms, int(address.rpartition(":")[2]))
+    limited = ConnectionLimits(peers, clock.monotonic_ms)
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
                              interceptors=[limited, MalformedRequests(bounds or {}), *interceptors])
     try:
-        server.add_insecure_port(address)
+        port = server.add_insecure_port(address)
     except RuntimeError as error:
         raise QuorumqError(Error.CONFIG_INVALID, f"cannot listen on {address} (in use, or not "
                                                  f"an address of this host): {error}") from None
-    return server
+    return LimitedServer(server, limited, port)

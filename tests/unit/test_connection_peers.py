@@ -1,12 +1,16 @@
-"""The bookkeeping behind a server's per-address connection cap and its room for unsent answers, and
-how the server finds which of its connections are open."""
+"""The bookkeeping behind a server's per-address connection cap and its room for unsent answers, how
+the server finds which of its connections are open and closes those whose answers stay unread."""
 
+import asyncio
 import socket
 
 import pytest
 
 from quorumq import limits
-from quorumq.connection_limits import Peers, client_address, open_connections
+from quorumq.clock import Clock
+from quorumq.config import Config, Kind
+from quorumq.connection_limits import Peers, client_address, close_connections, open_connections
+from quorumq.listen import grpc_server
 
 IDLE_MS = 1000
 UNREAD_MS = 5000
@@ -105,6 +109,40 @@ def test_on_a_dual_stack_port_ipv4_and_ipv6_connections_are_found_among_the_proc
     with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as server:
         # as gRPC names them: an IPv4 client by its own address, an IPv6 one percent-encoded
         check_open_connections(server, ["127.0.0.1", "::1"], ["ipv4:127.0.0.1:{port}", "ipv6:%5B::1%5D:{port}"])
+
+
+def test_the_connections_of_several_peers_are_shut_down_in_one_call():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        accepted = [server.accept()[0] for _ in clients]
+        stalled, reading = clients[:2], clients[2]
+        peers = [f"ipv4:127.0.0.1:{client.getsockname()[1]}" for client in stalled]
+        try:
+            gone = "ipv4:127.0.0.1:1"  # no connection of this process
+            assert close_connections([*peers, gone, "unix:/tmp/s"], port) == set(peers)
+            for client in stalled:
+                client.settimeout(5)
+                assert client.recv(1) == b"", "the server's end was shut down"
+            accepted[2].sendall(b"x")
+            assert reading.recv(1) == b"x", "another peer's connection stays open"
+        finally:
+            for sock in clients + accepted:
+                sock.close()
+
+
+async def test_unread_connections_are_looked_for_from_the_servers_start_to_its_stop():
+    def closers() -> list[asyncio.Task]:
+        return [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_close_unread"]
+
+    server = grpc_server("127.0.0.1:0", config=Config(Kind.BROKER, {}), clock=Clock())
+    assert server.port > 0, "the port the server listens on, not the 0 it was given"
+    await server.start()
+    try:
+        assert len(closers()) == 1
+    finally:
+        await server.stop(None)
+    assert not closers()
 
 
 def test_many_addresses_are_forgotten_once_idle():
