@@ -21,9 +21,10 @@ def start(disk, **sets) -> tuple[LocalCluster, dict]:
     return cluster, cluster.start()
 
 
-def send(stub, topic):
+def send(stub, topic, message_id=None):
     message = v5.Message(topic=v5.Resource(name=topic), body=BODY, system_properties=v5.SystemProperties(
-        message_id=uuid.uuid4().hex, message_type=v5.MessageType.NORMAL, body_encoding=v5.Encoding.IDENTITY))
+        message_id=message_id or uuid.uuid4().hex, message_type=v5.MessageType.NORMAL,
+        body_encoding=v5.Encoding.IDENTITY))
     return stub.SendMessage(v5s.SendMessageRequest(messages=[message]), timeout=10)
 
 
@@ -107,3 +108,47 @@ def test_a_send_refused_for_a_full_disk_creates_no_topic(start_cluster):
 
     listed = check_for(10, 0.1, lambda: "Accepted" in (names := topics()) and names, "the new topic registered")
     assert "Refused" not in listed, "a refused send created its topic"
+
+
+def fill(disk) -> None:
+    """Write a file until the disk has no byte left."""
+    chunk = b"f" * (64 * 1024)
+    with open(disk / "filler", "wb", buffering=0) as filler:
+        while True:
+            try:
+                filler.write(chunk)
+            except OSError:
+                break
+    with open(disk / "filler", "ab", buffering=0) as filler:  # the last partial chunk
+        for _ in range(len(chunk)):
+            try:
+                filler.write(b"f")
+            except OSError:
+                return
+
+
+def test_a_resend_of_a_message_stored_but_not_indexed_is_answered_from_its_copy(small_disk):
+    """A full disk can fail a send after its record reached the (preallocated) commit log, when
+    its consume-queue entry cannot be written: the answer is DISK_FULL, yet the record is stored
+    and indexed before the next append. The producer's resend of that message id must then be
+    answered from that copy, not stored again (a chaos run under F8 found an idempotent
+    producer's value twice)."""
+    disk = small_disk("16m")
+    cluster, info = start(disk, diskSpaceWarningLevelRatio="1.0", diskSpaceCleanForciblyRatio="1.0")
+    try:
+        broker = next(p for p in info["processes"] if p["kind"] == "broker")
+        stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
+        made = cli("admin", "updateTopic", "-n", info["access_point"], "-t", "Unindexed", "-c", info["cluster"])
+        assert made.returncode == 0, made.stderr
+        assert send(stub, "Warm").status.code == v5.Code.OK  # the commit log's segment is allocated
+        fill(disk)
+        message_id = uuid.uuid4().hex
+        first = send(stub, "Unindexed", message_id).status
+        assert first.code != v5.Code.OK and "DISK_FULL" in first.message, first
+        (disk / "filler").unlink()
+        check_for(30, 0.2, lambda: send(stub, "Unindexed", message_id).status.code == v5.Code.OK,
+                  "the resend answered once space is back")
+        assert stored_count(stub, "Unindexed") == 1, "the resend was stored a second time"
+        assert pid_alive(broker["pid"])
+    finally:
+        cluster.stop()

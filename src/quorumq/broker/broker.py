@@ -453,6 +453,10 @@ class Broker:
         if action.writable != self.writable:
             log.warning("disk usage %.1f%%: writes %s", ratio * 100, "resume" if action.writable else "refused")
         self.writable = action.writable
+        try:
+            self.store.index_pending()  # what a full disk left unindexed is readable once space is back
+        except QuorumqError:
+            pass  # still full: logged by the store, tried again at the next run
         if action.delete_expired or action.force:
             removed = self.store.clean_expired(self.clock.now_ms(), self.config["fileReservedTime"], action.force)
             if removed:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterable, Mapping
 
 from quorumq import limits
@@ -21,7 +22,7 @@ from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_statu
 from quorumq.core.recent_sends import RecentSends, StoredCopy
 from quorumq.core.role import Phase
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import AppendResult, MessageIn
+from quorumq.store import AppendResult, MessageIn, UnindexedAppend
 
 log = logging.getLogger("quorumq.broker")
 
@@ -141,8 +142,8 @@ class SendPath:
                     batch = [message for _, message in accepted]
 
                     def store_append() -> AppendResult:
-                        appended = self._broker.store.append(batch)
-                        return self._remember(batch, appended) if resends else appended
+                        return _noted(lambda: self._broker.store.append(batch),
+                                      partial(self._remember, batch) if resends else None)
 
                     status, appended, epoch = await self._append(
                         plan, len(batch), Counter(message.topic for message in batch), store_append, answer_by)
@@ -212,9 +213,10 @@ class SendPath:
         max_body_bytes = self.config["maxMessageSize"]
 
         def append() -> AppendResult:
-            appended = self._broker.store.append_encoded(topic, queue_id, records, count, max_body_bytes, rules.check)
-            self.recent_sends.add(request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset, count))
-            return appended
+            return _noted(lambda: self._broker.store.append_encoded(topic, queue_id, records, count, max_body_bytes,
+                                                                     rules.check),
+                          lambda appended: self.recent_sends.add(
+                              request_id, StoredCopy(queue_id, appended.offsets[0][1], appended.end_offset, count)))
 
         status, appended, epoch = await self._append(plan, count, {topic: count}, append, answer_by)
         return PutResult(status, queue_id, appended.offsets[0][1], master_epoch=epoch)
@@ -261,6 +263,7 @@ class SendPath:
         """A client's resend of what this master stored (to `topics`): the first copies' outcome,
         once they have what the current settings need."""
         self.check_role()
+        self._broker.store.index_pending()  # a first copy a full disk left unindexed is readable once answered
         return await self._await_copies(max(copy.end_offset for copy in copies), self.plan_put().need_ack,
                                         topics, answer_by)
 
@@ -325,12 +328,11 @@ class SendPath:
 
     # Recent sends: a producer's resend is answered from the first copy.
 
-    def _remember(self, batch: list[MessageIn], appended: AppendResult) -> AppendResult:
+    def _remember(self, batch: list[MessageIn], appended: AppendResult) -> None:
         """Note the ids of what was just stored, before any wait, so a retry during the wait finds them."""
         for message, (_, queue_offset) in zip(batch, appended.offsets):
             self.recent_sends.add(message.properties.get(MESSAGE_ID, ""),
                                   StoredCopy(message.queue_id, queue_offset, appended.end_offset))
-        return appended
 
     def forget_recent_sends(self) -> None:
         self.recent_sends = RecentSends()
@@ -351,6 +353,21 @@ class SendPath:
             self.recent_sends.add(message_id, StoredCopy(queue_id, queue_offset, end_offset))
         log.info("recalled %d recent message ids from the log in %.3f s", len(self.recent_sends),
                  clock.monotonic() - started)
+
+
+def _noted(append: Callable[[], AppendResult], note: Callable[[AppendResult], None] | None) -> AppendResult:
+    """`append()`, its result passed to `note` first; also when its records reached the log but their
+    consume-queue entries could not be written (UnindexedAppend, a full disk): they are stored all
+    the same, so a producer's resend must be answered from them, not stored again."""
+    try:
+        appended = append()
+    except UnindexedAppend as unindexed:
+        if note is not None:
+            note(unindexed.appended)
+        raise
+    if note is not None:
+        note(appended)
+    return appended
 
 
 def _last_message_id(records: bytes) -> str:

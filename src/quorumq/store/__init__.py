@@ -7,7 +7,15 @@ from quorumq.core.codec import StoredMessage, tag_hash
 from quorumq.store.atomic_file import write_atomically
 from quorumq.store.consumer_offsets import ConsumerOffsets
 from quorumq.store.flush import Flusher
-from quorumq.store.interface import AppendResult, GetResult, GetStatus, MessageIn, RecoveryReport, Store
+from quorumq.store.interface import (
+    AppendResult,
+    GetResult,
+    GetStatus,
+    MessageIn,
+    RecoveryReport,
+    Store,
+    UnindexedAppend,
+)
 from quorumq.store.keyed_log import KeyedLog
 from quorumq.store.memory import MemoryStore
 from quorumq.store.message_store import MessageStore
@@ -18,6 +26,6 @@ from quorumq.store.topic_configs import TopicConfig, TopicConfigs
 __all__ = [
     "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "KeyedLog", "MemoryStore",
     "MessageIn", "MessageStore", "RecoveryReport", "Store", "StoredMessage", "TopicConfig",
-    "TopicConfigs", "classify_damage",
+    "TopicConfigs", "UnindexedAppend", "classify_damage",
     "segments_to_delete", "tag_hash", "write_atomically",
 ]

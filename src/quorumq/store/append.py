@@ -27,7 +27,7 @@ from quorumq.core.codec import (
 from quorumq.core.message_rules import check_name
 from quorumq.errors import Error, QuorumqError, write_error
 from quorumq.store.consume_queue import ConsumeQueue
-from quorumq.store.interface import AppendResult, MessageIn
+from quorumq.store.interface import AppendResult, MessageIn, UnindexedAppend
 from quorumq.store.recovery import Redispatcher, scan_commit_log
 from quorumq.store.state import StoreState
 
@@ -306,11 +306,16 @@ class Appender:
         return queue
 
     def _publish(self, batch: _Batch) -> AppendResult:
-        """After the batch's bytes are written: move the write offset, then write its entries."""
+        """After the batch's bytes are written: move the write offset, then write its entries. A
+        failed entry write raises UnindexedAppend: the records are in the log all the same."""
         self._state.write_offset = batch.log_offset
-        self._write_staged(batch.staged)
+        appended = AppendResult(batch.offsets, batch.log_offset)
+        try:
+            self._write_staged(batch.staged)
+        except QuorumqError as error:
+            raise UnindexedAppend(error, appended) from error
         self._state.dispatched_offset = batch.log_offset
-        return AppendResult(batch.offsets, batch.log_offset)
+        return appended
 
     def _check_writable(self) -> None:
         state = self._state
@@ -321,7 +326,12 @@ class Appender:
         if state.write_failure is not None:
             raise QuorumqError(Error.INTERNAL_ERROR, f"an earlier write failed ({state.write_failure}); "
                                "appends are refused until the store is reopened")
-        if state.dispatched_offset < state.write_offset:
+        self.index_pending()
+
+    def index_pending(self) -> None:
+        """Index the records a failed consume-queue write left in the log only (a full disk);
+        raises as that write does while the disk is still full."""
+        if self._state.dispatched_offset < self._state.write_offset:
             self._index_undispatched()
 
     def _reserve(self, size: int) -> None:

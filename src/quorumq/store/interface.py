@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Protocol
 
 from quorumq.core.codec import StoredMessage
+from quorumq.errors import QuorumqError
 
 
 @dataclass(slots=True, kw_only=True)
@@ -28,6 +29,16 @@ class MessageIn:
 class AppendResult:
     offsets: list[tuple[int, int]]  # (commit_log_offset, queue_offset) of each message, in order
     end_offset: int  # the commit-log write position after the batch
+
+
+class UnindexedAppend(QuorumqError):
+    """The records reached the commit log but their consume-queue entries could not be written (a
+    full disk): they are indexed before the next append, so they are stored, and a producer's
+    resend of them must find them (`appended`, as a successful append would have answered)."""
+
+    def __init__(self, error: QuorumqError, appended: AppendResult) -> None:
+        super().__init__(error.error, error.detail)
+        self.appended = appended
 
 
 class GetStatus(Enum):

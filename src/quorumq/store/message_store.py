@@ -104,6 +104,9 @@ class MessageStore:
                        max_body_bytes: int, check_properties: Callable[[bytearray, int, int], None]) -> AppendResult:
         return self._appender.append_encoded(topic, queue_id, records, count, max_body_bytes, check_properties)
 
+    def index_pending(self) -> None:
+        self._appender.index_pending()
+
     def append_raw(self, offset: int, data: bytes) -> int:
         return self._appender.append_raw(offset, data)
 
