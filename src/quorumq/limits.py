@@ -296,6 +296,18 @@ CONTROLLER_ADDRESSES_MAX = 9  # controllerAddr entries a broker tries
 BROKERS_PER_SET_MAX = 32  # broker ids one broker set may hold
 HA_RECONNECT_BACKOFF_S_MIN = 0.05  # a slave's first retry after losing its master
 HA_RECONNECT_BACKOFF_S_MAX = 5.0
+# Reconnecting, on every gRPC channel quorumq opens (client/routes.open_channel: brokers to name
+# servers, controllers and masters, clients to brokers): a peer back from an outage (a restart, a
+# failover to it) is reached within about a second. gRPC's default backoff grows by 1.6 a failed
+# attempt to 120 s, and calls fail at once meanwhile without trying: after a 60 s name-server
+# outage its broker's first registration got through 14 s after the name server was back.
+GRPC_RECONNECT_BACKOFF_MS_MIN = 100  # the first retry's delay
+GRPC_RECONNECT_BACKOFF_MS_MAX = 1000
+# gRPC's min_reconnect_backoff is in fact the shortest time one connection attempt (TCP and HTTP/2
+# handshakes) is given, the next backoff if that is longer: 100 ms to 1 s, where a handshake on a
+# LAN takes about a millisecond, and a frozen peer (it accepts TCP, never answers) ends an attempt
+# within a second instead of gRPC's 20 s.
+GRPC_CONNECT_TIMEOUT_MS_MIN = 100
 # HTTP/2 keepalive between brokers and controllers: the controller pings a broker's heartbeat
 # stream, a broker the connection of its calls to a controller. A peer whose process is stopped or
 # whose machine hangs keeps its TCP connection open, so only an unanswered ping finds it: within
@@ -311,6 +323,7 @@ assert REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT <= REPLICATION_TRANSFER_BATCH_BY
 assert REPLICATION_FRAME_DATA_BYTES_MAX < 1 << 32  # the frame's data length is a u32
 assert HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT < HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT
 assert HA_RECONNECT_BACKOFF_S_MIN < HA_RECONNECT_BACKOFF_S_MAX
+assert GRPC_RECONNECT_BACKOFF_MS_MIN < GRPC_RECONNECT_BACKOFF_MS_MAX
 assert CONTROLLER_PING_INTERVAL_MIN_MS < CONTROLLER_KEEPALIVE_TIME_MS
 
 # Replicator (the Spark source and sink, and its jobs).

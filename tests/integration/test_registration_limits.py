@@ -1,8 +1,13 @@
 """Totals per broker and per registration (issue 19): the name server takes the largest registration
 a broker within its limits sends and refuses a larger one with TOO_MANY_REQUESTS, routing the others
-meanwhile; a broker refuses a topic that would pass its queue total."""
+meanwhile; a broker refuses a topic that would pass its queue total. A name server back from a
+restart or an outage gets every topic of the broker's next registration, within seconds."""
 
 import asyncio
+import os
+import socket
+import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -10,7 +15,16 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import async_check_for, log_end, log_since, peak_rss_bytes, reset_peak_rss, restart_process
+from harness import (
+    async_check_for,
+    log_end,
+    log_since,
+    peak_rss_bytes,
+    reset_peak_rss,
+    restart_process,
+    start_process,
+    stop_process,
+)
 from quorumq import limits
 from quorumq.client import AdminClient, ClientError
 from quorumq.cluster import cluster_pb2 as pb
@@ -129,13 +143,75 @@ async def test_a_restarted_name_server_gets_every_topic_with_the_next_change(sha
     route, then reads the earlier topic's at once."""
     broker, namesrv = process_of(shared_cluster, "broker"), process_of(shared_cluster, "namesrv")
     async with AdminClient(shared_cluster["access_point"]) as admin:
-        async def routed(topic: str) -> bool:  # with its 2 queues: an unlisted topic routes to the default count
-            queues = (await admin.route(topic)).queues
-            return [(queue.broker_name, queue.write_queue_nums) for queue in queues] == [(broker["broker_name"], 2)]
-
         await admin.update_topic(broker["address"], "before-restart", 2, 2)
         restart_process(shared_cluster, namesrv)
         await async_check_for(10, 0.05, lambda: admin.cluster_info(), "the name server answers again")
         await admin.update_topic(broker["address"], "after-restart", 2, 2)
-        await async_check_for(15, 0.05, lambda: routed("after-restart"), "the change routed by the new name server")
-        assert await routed("before-restart")
+        await async_check_for(15, 0.05, lambda: routed(admin, broker, "after-restart"),
+                              "the change routed by the new name server")
+        assert await routed(admin, broker, "before-restart")
+
+
+async def routed(admin: AdminClient, broker: dict, topic: str) -> bool:
+    """Whether the name server routes `topic` to `broker` alone with its 2 queues (an unlisted topic
+    routes to every auto-creating broker with the default count)."""
+    queues = (await admin.route(topic)).queues
+    return [(queue.broker_name, queue.write_queue_nums) for queue in queues] == [(broker["broker_name"], 2)]
+
+
+# A name-server outage this long takes gRPC's default reconnect backoff (1 s, 1.6 times longer each
+# failed attempt, 20% jitter) to its 6th attempt, 12.6 to 19 s after the first, and the next is 8.4 s
+# or more later; a backoff bounded at 1 s tries again within 1.2 s.
+OUTAGE_S = 12.0
+# From the name server answering again to the broker routed by it: a connection attempt and the
+# broker's next registration (REGISTER_RETRY_INTERVAL_S after a failed one), with room for a
+# loaded machine.
+ROUTED_AGAIN_S = 5.0
+
+
+async def test_a_broker_is_routed_within_seconds_of_a_long_name_server_outage(shared_cluster):
+    """A topic updated while the only name server is down is answered (the broker holds it; its
+    registration failed), and routed within seconds of the name server answering again, however
+    long the outage: the broker's channel to the name server retries its connection at most a
+    second apart, where gRPC's default backoff grows to 120 s (a broker registered 14 s after a 60 s
+    outage). The test holds the name server's port while it is down, turning each connection away,
+    and starts the name server right after the broker's first attempt past OUTAGE_S."""
+    broker, namesrv = process_of(shared_cluster, "broker"), process_of(shared_cluster, "namesrv")
+    host, _, port = namesrv["address"].rpartition(":")
+    async with AdminClient(shared_cluster["access_point"]) as admin:
+        stop_process(namesrv)
+        try:
+            outage_end = time.monotonic() + OUTAGE_S
+            await admin.update_topic(broker["address"], "during-outage", 2, 2)  # its first failed registration
+            with socket.create_server((host, int(port))) as server:
+                server.settimeout(OUTAGE_S + 60)  # a broker that never tries fails the test
+                await asyncio.to_thread(turn_away, server, broker["pid"], outage_end)
+        finally:
+            start_process(namesrv)
+        await async_check_for(10, 0.05, lambda: admin.cluster_info(), "the name server answers again")
+        await async_check_for(ROUTED_AGAIN_S, 0.05, lambda: routed(admin, broker, "during-outage"),
+                              "the topic routed by the name server back")
+
+
+def turn_away(server: socket.socket, pid: int, until: float) -> None:
+    """Accept and close each connection to `server` until one from process `pid` comes after
+    `until` (time.monotonic())."""
+    while True:
+        connection, (_, port) = server.accept()
+        with connection:
+            if port in tcp_ports(pid) and time.monotonic() >= until:
+                return
+
+
+def tcp_ports(pid: int) -> set[int]:
+    """The local ports of the TCP sockets process `pid` holds: its descriptors' socket inodes,
+    looked up in /proc/PID/net/tcp and tcp6."""
+    inodes = set()
+    for descriptor in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            inodes.add(os.readlink(descriptor).removeprefix("socket:[").removesuffix("]"))
+        except OSError:  # closed meanwhile
+            pass
+    rows = [line.split() for table in ("tcp", "tcp6")  # gRPC connects to IPv4 through IPv6 sockets too
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]]
+    return {int(row[1].rpartition(":")[2], 16) for row in rows if row[9] in inodes}

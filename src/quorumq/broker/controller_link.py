@@ -31,6 +31,7 @@ import grpc
 from quorumq.broker.broker import Broker
 from quorumq.client.controller import ControllerClient, controller_addresses
 from quorumq.client.errors import ClientError
+from quorumq.client.routes import open_channel
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.controller_state import Code
@@ -156,7 +157,7 @@ class ControllerLink:
         """Cut this broker's log to where it agrees with the new master's, then replicate from it;
         retried until done or until another role change supersedes it."""
         broker = self.broker
-        channel = grpc.aio.insecure_channel(master_address)
+        channel = open_channel(master_address)
         try:
             while broker.role is BrokerRole.SLAVE and broker.master_epoch == epoch and broker.slave is None:
                 try:

@@ -9,6 +9,7 @@ import logging
 import grpc
 
 from quorumq.broker.broker import Broker
+from quorumq.client.routes import open_channel
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.quorum import BrokerRole, alive_replicas_in_group
@@ -29,7 +30,7 @@ class NameServerLink:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.addresses = [address for address in broker.config["namesrvAddr"].split(";") if address]
-        self.stubs = [pb_grpc.NameServerStub(grpc.aio.insecure_channel(address)) for address in self.addresses]
+        self.stubs = [pb_grpc.NameServerStub(open_channel(address)) for address in self.addresses]
         # Registrations started and finished, for `publish`; the lock lets one run at a time.
         self._started = self._finished = 0
         self._answered = False  # whether every name server answered the last one finished
@@ -161,7 +162,7 @@ async def copy_master_metadata(broker: Broker) -> None:
         if address not in channels:
             # One answer carries every topic and group (at GROUPS_MAX, 8 MB of names: past gRPC's
             # default 4 MiB); the master's send limit bounds it.
-            channels[address] = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)])
+            channels[address] = open_channel(address, ("grpc.max_receive_message_length", -1))
         _, incarnation, version = applied if applied[0] == address else ("", "", 0)
         request = pb.MetadataRequest(broker_id=broker.replica_id, incarnation=incarnation, applied_version=version,
                                      wait_ms=int(SYNC_METADATA_INTERVAL_S * 1000))

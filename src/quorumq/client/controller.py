@@ -10,7 +10,7 @@ import grpc
 
 from quorumq import limits
 from quorumq.client.errors import ClientError
-from quorumq.client.routes import FAST_RECONNECT
+from quorumq.client.routes import open_channel
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 
@@ -27,8 +27,7 @@ KEEPALIVE = [
 ]
 # The calls' channels ping even with no call in flight (a client otherwise stops after 2 pings
 # without sending data), so `unreachable` sees a frozen controller within seconds.
-_CALL_OPTIONS = [*FAST_RECONNECT, *KEEPALIVE, ("grpc.keepalive_permit_without_calls", 1),
-                 ("grpc.http2.max_pings_without_data", 0)]
+_CALL_OPTIONS = [*KEEPALIVE, ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
 
 
 def controller_addresses(text: str) -> list[str]:
@@ -87,7 +86,7 @@ class ControllerClient:
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address, options=_CALL_OPTIONS)
+            self._channels[address] = open_channel(address, *_CALL_OPTIONS)
         return pb_grpc.ControllerStub(self._channels[address])
 
     def stream_stub(self, address: str) -> pb_grpc.ControllerStub:
@@ -96,7 +95,7 @@ class ControllerClient:
         heartbeat stream until it knows of a controller to go to (`unreachable`), rather than
         gRPC ending it, which the controller would take for the broker's death."""
         if address not in self._stream_channels:
-            self._stream_channels[address] = grpc.aio.insecure_channel(address, options=FAST_RECONNECT)
+            self._stream_channels[address] = open_channel(address)
         return pb_grpc.ControllerStub(self._stream_channels[address])
 
     async def unreachable(self, address: str, connect_timeout_s: float) -> None:

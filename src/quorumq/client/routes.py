@@ -24,22 +24,25 @@ REQUEST_TIMEOUT_S = 10.0
 _READABLE = frozenset({v5.Permission.READ, v5.Permission.READ_WRITE})
 _WRITABLE = frozenset({v5.Permission.WRITE, v5.Permission.READ_WRITE})
 
-# A server that comes back (a restart, a failover to it) is reached within a second: gRPC's default
-# reconnect backoff grows to 120 s, and calls fail at once meanwhile.
-FAST_RECONNECT = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-_CHANNEL_OPTIONS = [
+_RECONNECT = (
+    ("grpc.initial_reconnect_backoff_ms", limits.GRPC_RECONNECT_BACKOFF_MS_MIN),
+    ("grpc.max_reconnect_backoff_ms", limits.GRPC_RECONNECT_BACKOFF_MS_MAX),
+    ("grpc.min_reconnect_backoff_ms", limits.GRPC_CONNECT_TIMEOUT_MS_MIN),
+)
+_CHANNEL_OPTIONS = (
     # A pull answer holds up to PULL_BYTES_MAX; one message may be as large as the config ceiling.
     ("grpc.max_receive_message_length", limits.grpc_receive_bytes(limits.MESSAGE_BODY_BYTES_CEILING)),
     ("grpc.max_send_message_length", -1),
     ("grpc.enable_retries", 0),
-    *FAST_RECONNECT,
-]
+)
 
 _client_index = itertools.count()
+
+
+def open_channel(address: str, *options: tuple[str, Any]) -> grpc.aio.Channel:
+    """A channel to `address`, as every quorumq process opens one: it reconnects within about a
+    second of the peer coming back (limits.GRPC_RECONNECT_BACKOFF_MS_MAX)."""
+    return grpc.aio.insecure_channel(address, options=[*options, *_RECONNECT])
 
 
 def local_host() -> str:
@@ -88,7 +91,7 @@ class Channels:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            channel = open_channel(address, *_CHANNEL_OPTIONS)
             self._channels[address] = channel
         return channel
 

@@ -19,7 +19,7 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq.broker.broker import Broker
-from quorumq.client.routes import FAST_RECONNECT
+from quorumq.client.routes import open_channel
 from quorumq.core.quorum import BrokerRole
 from quorumq.endpoint.messaging import MessagingService
 
@@ -52,7 +52,7 @@ class ForwardingMessagingService(MessagingService):
         if broker.role is not BrokerRole.SLAVE or not address or address == broker.address:
             return None
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address, options=FAST_RECONNECT)
+            self._channels[address] = open_channel(address)
         return v5_grpc.MessagingServiceStub(self._channels[address])
 
     async def master_replaced(self, failed: grpc.aio.AioRpcError, context) -> bool:
