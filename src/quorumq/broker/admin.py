@@ -37,10 +37,14 @@ def aborts_on_error(handler):
 
 
 class BrokerAdminService(pb_grpc.BrokerAdminServicer):
-    """`publish_topics` registers the broker's topics with the name servers: a topic change is
-    answered once routes show it, so `updateTopic` then `topicRoute` agree."""
+    """A topic change is answered once the broker holds it (change_topic, delete_topic) and its
+    registration with the name servers (`publish_topics`) was answered or failed: with every name
+    server up, `updateTopic` then `topicRoute` agree. A name server that did not answer routes the
+    change after the broker's next registration, tried again every REGISTER_RETRY_INTERVAL_S
+    (broker/loops.py), and the change is answered all the same: it is made, as RocketMQ's broker
+    answers updateTopic whatever its registration got."""
 
-    def __init__(self, broker: Broker, publish_topics: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, broker: Broker, publish_topics: Callable[[], Awaitable[bool]]) -> None:
         self.broker = broker
         self.publish_topics = publish_topics
 
