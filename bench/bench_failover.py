@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -176,10 +177,16 @@ class Cluster:
         return records[-1]["batch_acked"] / self.loaded_s if records and self.loaded_s else None
 
     def stop(self) -> None:
-        self.pause_load()
-        self.stop_path.touch()
-        self.loader.wait(timeout=30)
-        common.stop_pid(self.up.pid)
+        """Stop the load, `quorumq up` and every broker, those the bench restarted itself (not up's
+        children) too, whichever step fails."""
+        with contextlib.ExitStack() as rest:
+            rest.callback(self._kill_brokers)
+            rest.callback(common.stop_pid, self.up.pid)
+            self.pause_load()
+            self.stop_path.touch()
+            self.loader.wait(timeout=30)
+
+    def _kill_brokers(self) -> None:
         for process in self.brokers:
             if common.pid_alive(process["pid"]):
                 os.kill(process["pid"], signal.SIGKILL)
@@ -388,20 +395,18 @@ def main() -> None:
     clusters: list[Cluster] = []
     schedule = ([("failovers", n) for n in range(opts.runs)] + [("stops", n) for n in range(opts.stops)]
                 + [("handbacks", n) for n in range(opts.handbacks)])
-    try:
+    with contextlib.ExitStack() as stops:  # each stop runs, even after one that raised
+        stops.callback(common.stop_all_started)
         for index, (code, src) in enumerate(opts.code):
             clusters.append(Cluster(code, src, workdir / (code or "code"), opts.base_port + PORT_BLOCK * index,
                                     sets, opts))
+            stops.callback(clusters[-1].stop)
         for kind, number in schedule:
             for cluster in clusters:
                 cluster.resume_load()
                 run_one(cluster, kind, number)
                 if len(clusters) > 1:
                     cluster.pause_load()  # only the tree under a fault carries the load
-    finally:
-        for cluster in clusters:
-            cluster.stop()
-        common.stop_all_started()
     rows = [row for cluster in clusters for row in rows_of(cluster)]
     columns = ([("code", "code")] if clusters[0].code else []) + [
         ("what", "measurement"), ("runs", "runs"), ("median_s", "median s"), ("worst_s", "worst s"),
