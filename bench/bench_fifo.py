@@ -341,13 +341,11 @@ def main():
         bf.worker_main(sys.argv[2], sys.argv[3], WORKERS)
         return
     p = argparse.ArgumentParser(description="quorumq FIFO benchmark (see the module docstring)")
-    p.add_argument("--seconds", type=float, default=4.0, help="length of each produce measurement (default 4)")
-    p.add_argument("--repeat", type=int, default=1, help="rounds of everything; the table shows medians")
+    common.add_up_options(p, 28000, "quorumq up uses P..P+199")
+    common.add_send_options(p, inflight=4)
     p.add_argument("--groups", type=int, default=1000, help="message groups of the FIFO side (default 1000)")
     p.add_argument("--queues", type=int, default=8, help="read and write queues of each topic (default 8)")
     p.add_argument("--official-window", type=int, default=256, help="official send_async sends in flight")
-    p.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")
-    p.add_argument("--inflight", type=int, default=4, help="quorumq send_batch requests in flight (default 4)")
     p.add_argument("--consume-messages", type=int, default=20_000,
                    help="messages each consume measurement reads (default 20,000)")
     p.add_argument("--consumer-processes", type=int, default=2, help="processes of SimpleConsumers (default 2)")
@@ -356,16 +354,8 @@ def main():
     p.add_argument("--consume-timeout", type=float, default=300.0, help="longest a consume measurement may run")
     p.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"],
                    help="flushDiskType (default ASYNC_FLUSH)")
-    p.add_argument("--base-port", type=int, default=28000, help="quorumq up uses P..P+199 (default 28000)")
     p.add_argument("--segment-bytes", type=int, default=br.SEGMENT_BYTES,
                    help="mappedFileSizeCommitLog (default 64 MiB: small preallocated files)")
-    p.add_argument("--set", dest="quorumq_set", action="append", default=[], metavar="KEY=VALUE",
-                   type=lambda kv: f"--set={kv}", help="extra --set for quorumq up")
-    p.add_argument("--py-spy", metavar="PATH", help="profile the produce measurements with this py-spy binary")
-    p.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                   help="first wait up to SECONDS for the cpus to be mostly idle (shared machines)")
-    p.add_argument("--workdir", help="where stores and logs go (default: a new temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the data dir")
     opts = p.parse_args()
     common.install_signal_handlers()
     Bench(opts).run()

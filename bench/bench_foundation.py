@@ -846,27 +846,15 @@ def main():
     p = argparse.ArgumentParser(description="quorumq foundation benchmark (see the module docstring)")
     p.add_argument("--parts", default="nats,fake,quorumq", type=lambda s: set(s.split(",")),
                    help="comma-separated subset of nats,fake,quorumq (default: all)")
-    p.add_argument("--seconds", type=float, default=4.0, help="length of each measurement (default 4)")
-    p.add_argument("--base-port", type=int, default=24000,
-                   help="quorumq ASYNC_FLUSH uses P..P+89, SYNC_FLUSH P+100..P+199; NATS P+90, fake server P+91")
-    p.add_argument("--repeat", type=int, default=1, help="rounds of everything; the table shows medians")
-    p.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")
-    p.add_argument("--inflight", type=int, default=4, help="quorumq send_batch requests in flight")
+    common.add_up_options(p, 24000, "quorumq ASYNC_FLUSH uses P..P+89, SYNC_FLUSH P+100..P+199; NATS P+90, "
+                                    "fake server P+91")
+    common.add_send_options(p, inflight=4)
     p.add_argument("--pull-batch", type=int, default=256, help="messages per pull request (quorumq and NATS)")
     p.add_argument("--pull-inflight", type=int, default=1, help="quorumq pulls in flight (queues split among them)")
     p.add_argument("--nats-window", type=int, default=1024, help="NATS async/lean publishes in flight")
     p.add_argument("--official-window", type=int, default=256, help="official send_async window")
     p.add_argument("--client-cpu", default="0", help="cpu for the pinned official client")
     p.add_argument("--server-cpu", default="1", help="cpu for the server during the pinned measurement")
-    p.add_argument("--set", dest="quorumq_set", action="append", default=[], metavar="KEY=VALUE",
-                   type=lambda kv: f"--set={kv}", help="extra --set for quorumq up")
-    p.add_argument("--py-spy", metavar="PATH",
-                   help="profile every quorumq measurement (broker and client) with this py-spy binary; "
-                        "note that sampling slows the measured processes a little")
-    p.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                   help="first wait up to SECONDS for the cpus to be mostly idle (shared machines)")
-    p.add_argument("--workdir", help="where stores and logs go (default: a new temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the data dirs")
     p.add_argument("--name", default=NAME, help="results file bench/results/NAME.json")
     opts = p.parse_args()
     common.install_signal_handlers()

@@ -669,11 +669,9 @@ def main():
     p = argparse.ArgumentParser(description="quorumq replica-group benchmark (see the module docstring)")
     p.add_argument("--parts", default="nats,empty,quorumq,stall", type=lambda s: set(s.split(",")),
                    help="comma-separated subset of nats,empty,quorumq,stall (default: all)")
-    p.add_argument("--seconds", type=float, default=4.0, help="length of each measurement (default 4)")
-    p.add_argument("--repeat", type=int, default=1, help="rounds of everything; the table shows medians")
-    p.add_argument("--base-port", type=int, default=26000,
-                   help="quorumq configurations use P+200*k..P+200*k+199 (k = 0..7), NATS P+1800.., the empty "
-                        "server P+1850 (default 26000)")
+    common.add_up_options(p, 26000, "quorumq configurations use P+200*k..P+200*k+199 (k = 0..7), NATS P+1800.., "
+                                    "the empty server P+1850")
+    common.add_send_options(p, inflight=8)
     p.add_argument("--isr", type=csv_of(int), default=[1, 2, 3], help="inSyncReplicas values (default 1,2,3)")
     p.add_argument("--flush", type=csv_of(str), default=["ASYNC_FLUSH", "SYNC_FLUSH"],
                    help="flushDiskType values (default ASYNC_FLUSH,SYNC_FLUSH)")
@@ -683,8 +681,6 @@ def main():
     p.add_argument("--code", type=common.labelled_source, action="append", metavar="LABEL=SRC_DIR",
                    help="measure quorumq from this source tree too (repeatable, e.g. old=../old/src new=src); "
                         "each configuration runs every tree in turn, labelled (default: this checkout's src)")
-    p.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")
-    p.add_argument("--inflight", type=int, default=8, help="quorumq send_batch requests in flight (default 8)")
     p.add_argument("--nats-window", type=int, default=1024, help="NATS lean publishes in flight")
     p.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES,
                    help="mappedFileSizeCommitLog for quorumq (default 64 MiB: small preallocated files)")
@@ -693,14 +689,6 @@ def main():
     p.add_argument("--stall-before", type=float, default=2.0, help="seconds of sends before the SIGKILL")
     p.add_argument("--stall-after", type=float, default=6.0,
                    help="seconds of sends after the SIGKILL (more than slaveTimeout, 3 s by default)")
-    p.add_argument("--set", dest="quorumq_set", action="append", default=[], metavar="KEY=VALUE",
-                   type=lambda kv: f"--set={kv}", help="extra --set for every quorumq up")
-    p.add_argument("--py-spy", metavar="PATH",
-                   help="profile every quorumq throughput/latency measurement with this py-spy binary")
-    p.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                   help="first wait up to SECONDS for the cpus to be mostly idle (shared machines)")
-    p.add_argument("--workdir", help="where stores and logs go (default: a new temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the data dirs")
     opts = p.parse_args()
     opts.code = opts.code or [("", ROOT / "src")]
     if len(opts.isr) * len(opts.flush) > 6:

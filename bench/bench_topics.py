@@ -278,13 +278,7 @@ def main():
                         "then 1024, below the sample)")
     p.add_argument("--idle-seconds", type=float, default=5.0, help="the sender's idle baseline (default 5)")
     p.add_argument("--send-interval-ms", type=float, default=10.0, help="one send every this often (default 10)")
-    p.add_argument("--base-port", type=int, default=27000, help="quorumq up uses P..P+399 (default 27000)")
-    p.add_argument("--set", dest="quorumq_set", action="append", default=[], metavar="KEY=VALUE",
-                   type=lambda kv: f"--set={kv}", help="extra --set for every quorumq up")
-    p.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                   help="first wait up to SECONDS for the cpus to be mostly idle (shared machines)")
-    p.add_argument("--workdir", help="where stores and logs go (default: a new temp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the data dirs")
+    common.add_up_options(p, 27000, "quorumq up uses P..P+399")
     opts = p.parse_args()
     opts.seconds, opts.py_spy = 0.0, None  # what bench_foundation's worker() reads
     # The broker and everything else started from here inherit the soft limit (`quorumq up` passes it on).

@@ -260,6 +260,34 @@ def quiet_up_options(src: Path) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Command-line options the benchmarks that start `quorumq up` share
+
+
+def add_up_options(parser: argparse.ArgumentParser, base_port: int, ports: str) -> None:
+    """--base-port (`ports`: what each measurement takes from it), --set, --wait-quiet, --workdir, --keep."""
+    parser.add_argument("--base-port", type=int, default=base_port, help=f"{ports} (default {base_port})")
+    parser.add_argument("--set", dest="quorumq_set", action="append", default=[], metavar="KEY=VALUE",
+                        type=lambda kv: f"--set={kv}", help="extra --set for every quorumq up")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to SECONDS for the cpus to be mostly idle (shared machines)")
+    parser.add_argument("--workdir", help="where stores and logs go (default: a new temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the data dirs")
+
+
+def add_send_options(parser: argparse.ArgumentParser, inflight: int) -> None:
+    """--seconds, --repeat, --batch, --inflight and --py-spy of the benchmarks that measure quorumq's
+    producer (bench_foundation's workers)."""
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each measurement (default 4)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of everything; the table shows medians")
+    parser.add_argument("--batch", type=int, default=256, help="messages per quorumq send_batch request")
+    parser.add_argument("--inflight", type=int, default=inflight,
+                        help=f"quorumq send_batch requests in flight (default {inflight})")
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="profile the quorumq measurements (broker and client) with this py-spy binary; "
+                             "sampling slows the measured processes a little")
+
+
+# --------------------------------------------------------------------------------------------------
 # Statistics and output
 
 
