@@ -81,27 +81,25 @@ bench: setup
 
 # BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
 # worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
+# The tree is removed when the recipe line that checked it out ends, however the bench on it ends.
 BEFORE ?=
 BEFORE_TREE = bench/work/before
-add-before-tree = rm -rf $(BEFORE_TREE) && git worktree add --force --detach $(BEFORE_TREE) $(1) >/dev/null
-remove-before-tree = git worktree remove --force $(BEFORE_TREE)
+with-before-tree = rm -rf $(BEFORE_TREE) && git worktree add --force --detach $(BEFORE_TREE) $(1) >/dev/null && \
+	trap 'git worktree remove --force $(BEFORE_TREE)' EXIT &&
 BEFORE_AND_AFTER = --code before=$(BEFORE_TREE)/src --code after=src
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
 # BEFORE=COMMIT measures that commit's code beside this checkout's, interleaved, in one run.
 bench-replicas: setup
-	$(if $(BEFORE),$(call add-before-tree,$(BEFORE)),)
-	$(PY) bench/bench_replicas.py --repeat 3 --seconds 3 --wait-quiet 30 \
-		$(if $(BEFORE),--parts quorumq --isr 2 --flush ASYNC_FLUSH $(BEFORE_AND_AFTER),)
-	$(if $(BEFORE),$(remove-before-tree),)
+	$(if $(BEFORE),$(call with-before-tree,$(BEFORE)),) $(PY) bench/bench_replicas.py --repeat 3 --seconds 3 \
+		--wait-quiet 30 $(if $(BEFORE),--parts quorumq --isr 2 --flush ASYNC_FLUSH $(BEFORE_AND_AFTER),)
 
 # Controller mode: 10 master SIGKILLs, 3 SIGSTOPs and 3 preferred-master hand-backs under load (about 5
 # minutes). BEFORE=COMMIT makes every fault on that commit's code too, in turn with this checkout's, in
 # one run (about twice as long). ARGS adds options of bench/bench_failover.py (e.g. ARGS="--runs 1").
 bench-failover: setup
-	$(if $(BEFORE),$(call add-before-tree,$(BEFORE)),)
-	$(PY) bench/bench_failover.py --runs 10 --stops 3 --handbacks 3 $(if $(BEFORE),$(BEFORE_AND_AFTER),) $(ARGS)
-	$(if $(BEFORE),$(remove-before-tree),)
+	$(if $(BEFORE),$(call with-before-tree,$(BEFORE)),) $(PY) bench/bench_failover.py --runs 10 --stops 3 \
+		--handbacks 3 $(if $(BEFORE),$(BEFORE_AND_AFTER),) $(ARGS)
 
 # Controller mode through the official Python and Node.js clients: 10 master SIGKILLs (about 3 minutes).
 bench-client-failover: setup
@@ -115,9 +113,8 @@ bench-replicator: setup
 # (default dee820f) creating 2,000 topics and groups beside this checkout's creating 10,000 of each,
 # in one run. ARGS adds options of bench/bench_topics.py (e.g. ARGS="--topics 300 --groups 300").
 bench-topics: setup
-	$(call add-before-tree,$(or $(BEFORE),dee820f))
-	$(PY) bench/bench_topics.py --wait-quiet 30 --before $(BEFORE_TREE)/src $(ARGS)
-	$(remove-before-tree)
+	$(call with-before-tree,$(or $(BEFORE),dee820f)) $(PY) bench/bench_topics.py --wait-quiet 30 \
+		--before $(BEFORE_TREE)/src $(ARGS)
 
 # FIFO with 1,000 message groups against NORMAL on a 3-replica group (inSyncReplicas 2): produce through
 # the official and quorumq's clients, consume through official SimpleConsumers (about 5 minutes).
