@@ -44,7 +44,13 @@ class Broker:
                                      born_timestamp_ms=0, born_host="h") for index in range(count)])
 
     def pop(self, batch: int = 3, invisible_ms: int = 100, queue_ids=(0,)):
-        return self.groups.pop("G", TOPIC, list(queue_ids), None, batch, invisible_ms)
+        group = self.groups.group("G")
+        return self.groups.pop(group, TOPIC, list(queue_ids), None, batch, invisible_ms,
+                               self.groups.in_order(group, TOPIC))
+
+    def change_invisible(self, handle: str, invisible_ms: int) -> tuple[str, int | None]:
+        return self.groups.change_invisible("G", TOPIC, handle, invisible_ms,
+                                            self.groups.in_order(self.groups.group("G"), TOPIC))
 
 
 def offsets(popped) -> list[int]:
@@ -76,7 +82,7 @@ def test_expired_batch_comes_back_in_order_then_goes_to_the_dead_letter_writer(t
     broker.clock.monotonic_now_ms += 100
     again = broker.pop()
     assert offsets(again) == [0, 2] and [d.attempt for d in again.deliveries] == [2, 2]
-    handle, end = broker.groups.change_invisible("G", TOPIC, again.deliveries[0].receipt_handle, 0)
+    handle, end = broker.change_invisible(again.deliveries[0].receipt_handle, 0)
     assert end == broker.store.max_offset, "a change of invisible time is waited for"
     assert broker.pop().deliveries == [], "2 is still held"
     broker.clock.monotonic_now_ms += 100
@@ -112,9 +118,9 @@ def test_stale_handles_are_refused(tmp_path):
     broker = Broker(tmp_path)
     broker.send(1)
     [delivery] = broker.pop().deliveries
-    broker.groups.change_invisible("G", TOPIC, delivery.receipt_handle, 1000)
+    broker.change_invisible(delivery.receipt_handle, 1000)
     for call in (lambda: broker.groups.ack("G", TOPIC, delivery.receipt_handle),
-                 lambda: broker.groups.change_invisible("G", TOPIC, delivery.receipt_handle, 0),
+                 lambda: broker.change_invisible(delivery.receipt_handle, 0),
                  lambda: broker.groups.dead_letter("G", TOPIC, delivery.receipt_handle)):
         try:
             call()
@@ -130,7 +136,7 @@ def test_a_broker_applying_the_lease_log_holds_the_masters_state(tmp_path):
     master.send(2, queue_id=1)
     first = master.pop(batch=4, queue_ids=(0, 1))
     master.groups.ack("G", TOPIC, first.deliveries[0].receipt_handle)
-    master.groups.change_invisible("G", TOPIC, first.deliveries[1].receipt_handle, 5)
+    master.change_invisible(first.deliveries[1].receipt_handle, 5)
     slave = Broker(tmp_path / "s", store=master.store, clock=master.clock)  # the same log, copied
     slave.master = False
     assert slave.lease_log.queues == master.lease_log.queues
@@ -223,3 +229,15 @@ def test_deliveries_behind_a_dead_letter_not_written_are_held_back_in_its_queue_
     failed = [DeadLetter(too_large.message, too_large.receipt_handle, 1)]
     assert ahead_of(failed, popped.deliveries) == [first, *other_queue]
     assert ahead_of([], popped.deliveries) == popped.deliveries
+
+
+def test_a_nack_decided_in_one_mode_leaves_a_lease_of_the_other_alone(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(1)
+    [delivery] = broker.pop().deliveries
+    records = broker.store.queue_max_offset(LEASE_TOPIC, 0)
+    broker.groups.group = lambda name: SubscriptionGroup("G")  # no longer orderly: its FIFO leases have ended
+    with pytest.raises(QuorumqError) as refused:
+        broker.change_invisible(delivery.receipt_handle, 0)
+    assert refused.value.error is Error.INVALID_RECEIPT_HANDLE
+    assert broker.store.queue_max_offset(LEASE_TOPIC, 0) == records, "no lease record appended unawaited"

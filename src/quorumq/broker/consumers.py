@@ -218,9 +218,10 @@ class ConsumerGroups:
             return 0
         return self.store.offset_for_timestamp(topic, queue_id, self.groups[group])
 
-    def fifo(self, group: str, topic: str) -> bool:
-        """Whether the group receives the topic in order: a FIFO group on a FIFO topic."""
-        return self.group(group).consume_message_orderly and self._fifo_topic(topic)
+    def in_order(self, group: SubscriptionGroup, topic: str) -> bool:
+        """Whether the group receives the topic in order: a FIFO group on a FIFO topic. A request
+        decides it once and passes it on, so that its admission and its lease records agree."""
+        return group.consume_message_orderly and self._fifo_topic(topic)
 
     def _queue(self, key: QueueKey) -> QueueLeases:
         leases = self._leases.get(key)
@@ -249,23 +250,22 @@ class ConsumerGroups:
         waits (slaveTimeout, syncFlushTimeout), so that no other receive writes it again."""
         return 2 * max(self.config["slaveTimeout"], self.config["syncFlushTimeout"])
 
-    def pop(self, group: str, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
-            batch: int, invisible_ms: int) -> Popped:
+    def pop(self, group: SubscriptionGroup, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
+            batch: int, invisible_ms: int, in_order: bool) -> Popped:
         """Lease up to `batch` messages, queue by queue: expired leases first (those that had the
-        group's max_attempts deliveries become dead letters), then new messages. A FIFO group's
-        queues go by core/fifo.py, each change a lease record appended here."""
+        group's max_attempts deliveries become dead letters), then new messages. In order (see
+        `in_order`), the queues go by core/fifo.py, each change a lease record appended here."""
         now = self.clock.monotonic_ms()  # leases live in memory only: a wall-clock jump must not expire them
-        max_attempts = self.group(group).max_attempts
-        in_order = self.fifo(group, topic)
         popped = Popped([], [])
         for queue_id in queue_ids:
             room = batch - len(popped.deliveries)
             if room <= 0:
                 break
+            key = (group.name, topic, queue_id)
             if in_order:
-                self._pop_in_order((group, topic, queue_id), tags, room, invisible_ms, max_attempts, now, popped)
+                self._pop_in_order(key, tags, room, invisible_ms, group.max_attempts, now, popped)
             else:
-                self._pop_queue((group, topic, queue_id), tags, room, invisible_ms, max_attempts, now, popped)
+                self._pop_queue(key, tags, room, invisible_ms, group.max_attempts, now, popped)
         return popped
 
     def _pop_queue(self, key: QueueKey, tags: frozenset[str] | None, room: int, invisible_ms: int,
@@ -374,16 +374,19 @@ class ConsumerGroups:
             raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
         return False
 
-    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[str, int | None]:
-        """The lease `handle` holds, visible again after `invisible_ms`: its new handle, and for a
-        FIFO queue the commit-log end of the lease record to wait for before answering."""
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int,
+                         in_order: bool) -> tuple[str, int | None]:
+        """The lease `handle` holds, visible again after `invisible_ms`: its new handle, and when
+        the group receives in order (`in_order`) the commit-log end of the lease record to wait
+        for before answering. A lease of the group's other mode has ended (`_queue`, `_fifo_queue`)."""
         queue_id, offset, token = decode_handle(handle)
         key = (group, topic, queue_id)
         new_token = self._token()
         now = self.clock.monotonic_ms()
-        queue = self.lease_log.queues.get(key)
-        if queue is not None:
-            changed = fifo.change_invisible(queue, offset, token, new_token, now, invisible_ms)
+        if in_order:
+            queue = self.lease_log.queues.get(key)
+            changed = None if queue is None else fifo.change_invisible(queue, offset, token, new_token, now,
+                                                                      invisible_ms)
             if changed is None:
                 raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
             return encode_handle(queue_id, offset, new_token), self.lease_log.change(key, changed, now)
@@ -422,7 +425,7 @@ class ConsumerGroups:
         """A slave takes its master's position of a queue, except where the lease log holds the
         queue's state while its group receives it in order: there the log is the authority."""
         key = (group, topic, queue_id)
-        if key in self.lease_log.queues and self.fifo(group, topic):
+        if key in self.lease_log.queues and self.in_order(self.group(group), topic):
             return
         self.lease_log.forget(key)
         if self.committed(group, topic, queue_id) != offset:

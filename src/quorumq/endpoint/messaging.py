@@ -278,9 +278,6 @@ class MessagingService(UnservedMessagingService):
 
     async def _receive(self, request, context) -> list[v5.Message]:
         group = group_name(request.group)
-        if not self.broker.consumers.group(group).consume_enable:  # the v5 code RocketMQ's proxy gives NO_PERMISSION
-            raise QuorumqError(Error.NO_PERMISSION, f"subscription group {group} no permission: its consumeEnable "
-                                                    "is false (updateSubGroup -s true allows it)")
         topic = topic_name(request.message_queue.topic)
         tags = messages.tag_filter(request.filter_expression)
         batch = min(max(request.batch_size, 1), limits.RECEIVE_BATCH_MAX)
@@ -295,16 +292,20 @@ class MessagingService(UnservedMessagingService):
         limit = _answer_limit(context)
         consumers = self.broker.consumers
         consumers.touch(group)
-        in_order = consumers.fifo(group, topic)
         while True:
+            settings = consumers.group(group)  # its config, read afresh each time the poll looks
+            if not settings.consume_enable:  # the v5 code RocketMQ's proxy gives NO_PERMISSION
+                raise QuorumqError(Error.NO_PERMISSION, f"subscription group {group} no permission: its "
+                                                        "consumeEnable is false (updateSubGroup -s true allows it)")
             queue_ids = self._queue_ids_or_none(topic)
             if queue_ids:
                 self._receive_turn += 1
                 turn = self._receive_turn % len(queue_ids)
                 # A FIFO group's receive is a lease record, admitted and waited for as a send.
+                in_order = consumers.in_order(settings, topic)
                 need_ack = self.broker.sends.admit_record() if in_order else 0
-                popped = consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
-                                       int(invisible_s * 1000))
+                popped = consumers.pop(settings, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
+                                       int(invisible_s * 1000), in_order)
                 answers, too_large = self._answers(group, topic, popped.deliveries, limit)
                 # Dead letters are written before the answer, while the lease records' copies are
                 # awaited: a FIFO queue hands nothing out ahead of one not yet in its DLQ topic.
@@ -386,8 +387,10 @@ class MessagingService(UnservedMessagingService):
                                f"invisible duration must lie in 0..{limits.INVISIBLE_SECONDS_MAX:g} s")
         consumers = self.broker.consumers
         # A FIFO queue's change is a lease record, admitted and waited for as a send.
-        need_ack = self.broker.sends.admit_record() if consumers.fifo(group, topic) else 0
-        handle, record_end = consumers.change_invisible(group, topic, request.receipt_handle, int(seconds * 1000))
+        in_order = consumers.in_order(consumers.group(group), topic)
+        need_ack = self.broker.sends.admit_record() if in_order else 0
+        handle, record_end = consumers.change_invisible(group, topic, request.receipt_handle, int(seconds * 1000),
+                                                        in_order)
         if record_end is not None:
             await self.broker.sends.await_record(record_end, need_ack, answer_by(context, self.broker.clock))
         return v5s.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
