@@ -241,3 +241,19 @@ def test_a_nack_decided_in_one_mode_leaves_a_lease_of_the_other_alone(tmp_path):
         broker.change_invisible(delivery.receipt_handle, 0)
     assert refused.value.error is Error.INVALID_RECEIPT_HANDLE
     assert broker.store.queue_max_offset(LEASE_TOPIC, 0) == records, "no lease record appended unawaited"
+
+
+def test_a_group_that_changes_mode_keeps_its_position_when_nothing_new_lies_there(tmp_path):
+    broker = Broker(tmp_path, orderly=False)
+    broker.send(2)
+    for delivery in broker.pop().deliveries:
+        broker.groups.ack("G", TOPIC, delivery.receipt_handle)
+    broker.groups.group = lambda name: SubscriptionGroup("G", consume_message_orderly=True)
+    assert broker.pop().deliveries == [] and broker.pop().deliveries == [], "what was acked is not handed out again"
+    broker.send(1)
+    [third] = broker.pop().deliveries
+    assert third.message.queue_offset == 2
+    broker.groups.ack("G", TOPIC, third.receipt_handle)
+    broker.groups.group = lambda name: SubscriptionGroup("G")  # and back
+    assert broker.pop().deliveries == []
+    assert broker.groups.offsets.get("G", TOPIC, 0) == 3, "the position is set as the queue changes mode"

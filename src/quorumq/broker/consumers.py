@@ -228,17 +228,21 @@ class ConsumerGroups:
         if leases is None:
             # A queue its group received in order until now goes on from its batch's start.
             fifo_queue = self.lease_log.forget(key)
-            start = fifo_queue.committed if fifo_queue is not None else self.start_offset(*key)
-            leases = self._leases[key] = QueueLeases(start)
+            if fifo_queue is not None:
+                self.offsets.set(*key, fifo_queue.committed)
+            leases = self._leases[key] = QueueLeases(self.start_offset(*key))
         return leases
 
     def _fifo_queue(self, key: QueueKey) -> FifoQueue:
         queue = self.lease_log.queues.get(key)
         if queue is None:
             # A queue its group received unordered until now starts in order at its lowest
-            # unacked offset; those leases end (their messages come again, in order).
+            # unacked offset; those leases end (their messages come again, in order). The
+            # position is set at once: no record may follow if nothing lies there yet.
             leases = self._leases.pop(key, None)
-            start = leases.committed if leases is not None else self.start_offset(*key)
+            if leases is not None:
+                self.offsets.set(*key, leases.committed)
+            start = self.start_offset(*key)
             queue = FifoQueue(start, start)
         return queue
 
