@@ -49,8 +49,14 @@ class Broker:
                                self.groups.in_order(group, TOPIC))
 
     def change_invisible(self, handle: str, invisible_ms: int) -> tuple[str, int | None]:
-        return self.groups.change_invisible("G", TOPIC, handle, invisible_ms,
-                                            self.groups.in_order(self.groups.group("G"), TOPIC))
+        return self.groups.change_invisible("G", TOPIC, handle, invisible_ms, self.in_order)
+
+    def dead_letter(self, handle: str) -> DeadLetter:
+        return self.groups.dead_letter("G", TOPIC, handle, self.in_order)
+
+    @property
+    def in_order(self) -> bool:
+        return self.groups.in_order(self.groups.group("G"), TOPIC)
 
 
 def offsets(popped) -> list[int]:
@@ -108,7 +114,7 @@ def test_normal_group_dead_letters_after_its_last_delivery(tmp_path):
     dead = broker.pop()
     assert dead.deliveries == [] and [(letter.message.queue_offset, letter.attempts)
                                       for letter in dead.dead_letters] == [(0, 2)]
-    assert broker.groups.dead_letter("G", TOPIC, dead.dead_letters[0].receipt_handle).attempts == 2
+    assert broker.dead_letter(dead.dead_letters[0].receipt_handle).attempts == 2
     broker.groups.ack("G", TOPIC, dead.dead_letters[0].receipt_handle)
     assert broker.groups.committed("G", TOPIC, 0) == 2
     assert broker.store.queue_max_offset(LEASE_TOPIC, 0) == 0, "a NORMAL group's leases are not logged"
@@ -121,7 +127,7 @@ def test_stale_handles_are_refused(tmp_path):
     broker.change_invisible(delivery.receipt_handle, 1000)
     for call in (lambda: broker.groups.ack("G", TOPIC, delivery.receipt_handle),
                  lambda: broker.change_invisible(delivery.receipt_handle, 0),
-                 lambda: broker.groups.dead_letter("G", TOPIC, delivery.receipt_handle)):
+                 lambda: broker.dead_letter(delivery.receipt_handle)):
         try:
             call()
         except QuorumqError as exc:
@@ -257,3 +263,17 @@ def test_a_group_that_changes_mode_keeps_its_position_when_nothing_new_lies_ther
     broker.groups.group = lambda name: SubscriptionGroup("G")  # and back
     assert broker.pop().deliveries == []
     assert broker.groups.offsets.get("G", TOPIC, 0) == 3, "the position is set as the queue changes mode"
+
+
+@pytest.mark.parametrize("orderly", [True, False], ids=["fifo", "normal"])
+def test_a_forwarded_message_is_held_while_its_copy_is_written(tmp_path, orderly):
+    broker = Broker(tmp_path, orderly=orderly)
+    broker.send(1)
+    [delivery] = broker.pop(invisible_ms=100).deliveries
+    letter = broker.dead_letter(delivery.receipt_handle)
+    assert (letter.message.queue_offset, letter.attempts, letter.receipt_handle) == (0, 1, delivery.receipt_handle)
+    broker.clock.monotonic_now_ms += 1000  # past the consumer's lease, within the writer's hold
+    assert broker.pop().deliveries == [], "not handed out again while its copy is written"
+    assert broker.dead_letter(delivery.receipt_handle).attempts == 1, "a retried forward still holds it"
+    broker.groups.ack("G", TOPIC, letter.receipt_handle)  # the copy is stored
+    assert broker.groups.committed("G", TOPIC, 0) == 1

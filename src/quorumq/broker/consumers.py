@@ -26,9 +26,9 @@ from quorumq.broker.lease_log import LeaseLog
 from quorumq.clock import Clock
 from quorumq.config import Config
 from quorumq.core import fifo, properties
-from quorumq.core.fifo import FifoLease, FifoQueue, QueueKey, Step
+from quorumq.core.fifo import FifoQueue, QueueKey, Step
 from quorumq.core.group_start import starts_at_zero
-from quorumq.core.leases import Lease, QueueLeases, spent
+from quorumq.core.leases import QueueLeases, spent
 from quorumq.core.subscription import SubscriptionGroup, group_data, group_from_data
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, GetResult, GetStatus, KeyedLog, Store, StoredMessage, tag_hash
@@ -382,10 +382,29 @@ class ConsumerGroups:
                          in_order: bool) -> tuple[str, int | None]:
         """The lease `handle` holds, visible again after `invisible_ms`: its new handle, and when
         the group receives in order (`in_order`) the commit-log end of the lease record to wait
-        for before answering. A lease of the group's other mode has ended (`_queue`, `_fifo_queue`)."""
+        for before answering."""
         queue_id, offset, token = decode_handle(handle)
-        key = (group, topic, queue_id)
         new_token = self._token()
+        _, record_end = self._relet((group, topic, queue_id), offset, token, new_token, invisible_ms, in_order)
+        return encode_handle(queue_id, offset, new_token), record_end
+
+    def dead_letter(self, group: str, topic: str, handle: str, in_order: bool) -> DeadLetter:
+        """The message a valid `handle` holds, as a dead letter (ForwardMessageToDeadLetterQueue),
+        held for the dead-letter writer as a receive holds one, so that its lease cannot end while
+        its copy is written; under the same handle, which the client's retry of a forward that
+        failed still holds."""
+        queue_id, offset, token = decode_handle(handle)
+        attempt, _ = self._relet((group, topic, queue_id), offset, token, token, self._dead_letter_hold_ms(), in_order)
+        message = self._read_one(topic, queue_id, offset)
+        if message is None:
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+        return DeadLetter(message, handle, attempt)
+
+    def _relet(self, key: QueueKey, offset: int, token: int, new_token: int, invisible_ms: int,
+               in_order: bool) -> tuple[int, int | None]:
+        """The lease at `offset` held by `token`, visible again after `invisible_ms` under
+        `new_token`: its attempt count, and in order the commit-log end of its record. A lease of
+        the group's other mode has ended (`_queue`, `_fifo_queue`): its handle is stale."""
         now = self.clock.monotonic_ms()
         if in_order:
             queue = self.lease_log.queues.get(key)
@@ -393,28 +412,14 @@ class ConsumerGroups:
                                                                       invisible_ms)
             if changed is None:
                 raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
-            return encode_handle(queue_id, offset, new_token), self.lease_log.change(key, changed, now)
+            lease = changed.lease(offset)
+            assert lease is not None, (changed, offset)
+            return lease.attempt, self.lease_log.change(key, changed, now)
         leases = self._leases.get(key)
-        if leases is None or leases.change_invisible(offset, token, new_token, now, invisible_ms) is None:
+        held = None if leases is None else leases.change_invisible(offset, token, new_token, now, invisible_ms)
+        if held is None:
             raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
-        return encode_handle(queue_id, offset, new_token), None
-
-    def dead_letter(self, group: str, topic: str, handle: str) -> DeadLetter:
-        """The message a valid `handle` holds, as a dead letter (ForwardMessageToDeadLetterQueue);
-        the lease stands until its copy is written."""
-        queue_id, offset, token = decode_handle(handle)
-        key = (group, topic, queue_id)
-        queue = self.lease_log.queues.get(key)
-        leases = self._leases.get(key)
-        lease: FifoLease | Lease | None = None
-        if queue is not None:
-            lease = queue.lease(offset)
-        elif leases is not None:
-            lease = leases.leases.get(offset)
-        message = None if lease is None or lease.token != token else self._read_one(topic, queue_id, offset)
-        if lease is None or message is None:
-            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
-        return DeadLetter(message, handle, lease.attempt)
+        return held.attempt, None
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set a group's position (pull consumers, resets); its leases on that queue are dropped.

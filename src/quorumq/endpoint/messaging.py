@@ -402,7 +402,9 @@ class MessagingService(UnservedMessagingService):
         request's attempt counts are not used, as RocketMQ's proxy does not use them."""
         group = group_name(request.group)
         topic = topic_name(request.topic)
-        letter = self.broker.consumers.dead_letter(group, topic, request.receipt_handle)
+        consumers = self.broker.consumers
+        letter = consumers.dead_letter(group, topic, request.receipt_handle,
+                                       consumers.in_order(consumers.group(group), topic))
         for _, error in await self.broker.dead_letters.write(group, topic, [letter],
                                                               answer_by(context, self.broker.clock)):
             raise error
