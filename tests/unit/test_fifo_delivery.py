@@ -277,3 +277,13 @@ def test_a_forwarded_message_is_held_while_its_copy_is_written(tmp_path, orderly
     assert broker.dead_letter(delivery.receipt_handle).attempts == 1, "a retried forward still holds it"
     broker.groups.ack("G", TOPIC, letter.receipt_handle)  # the copy is stored
     assert broker.groups.committed("G", TOPIC, 0) == 1
+
+
+def test_a_write_of_the_positions_alone_leaves_the_fifo_states_to_the_periodic_one(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(1)
+    broker.pop()
+    broker.groups.persist_offsets()  # a commit with SYNC_FLUSH, a slave's metadata copy
+    assert broker.groups.offsets.path.exists() and not broker.lease_log.path.exists()
+    broker.groups.persist()
+    assert broker.lease_log.path.exists()

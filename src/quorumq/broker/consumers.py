@@ -463,10 +463,16 @@ class ConsumerGroups:
         return self.offsets.items()
 
     def persist(self) -> None:
-        """Write every group's position, and the FIFO queues' states."""
+        """Write every group's position, and the FIFO queues' states (the periodic write, close)."""
+        self.persist_offsets()
+        self.lease_log.persist()
+
+    def persist_offsets(self) -> None:
+        """Write every group's position only, where that is on a hot path (a commit with
+        SYNC_FLUSH, each metadata copy a slave takes): the FIFO states come from the lease log
+        after a restart, from the offset fifoLeases.json covers."""
         self._settle()
         self.offsets.persist()
-        self.lease_log.persist()
 
     def _settle(self) -> None:
         """SimpleConsumer groups are at their lowest unacked offset, FIFO groups at their batch's start."""

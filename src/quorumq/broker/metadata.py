@@ -101,7 +101,7 @@ class MetadataSync:
         consumers.adopt_subscriptions([group_from_pb(config) for config in metadata.subscription_groups])
         for position in metadata.offsets:
             consumers.adopt_position(position.group, position.topic, position.queue_id, position.offset)
-        consumers.persist()
+        consumers.persist_offsets()
 
     def metadata_joined(self, slave_id: int) -> bool:
         """Whether a slave that caught up on the log may join the SyncStateSet as far as

@@ -219,7 +219,7 @@ class Topics:
         broker.consumers.touch(group)  # a new group, within GROUPS_MAX
         broker.consumers.commit(group, topic, queue_id, offset)
         if self.config["flushDiskType"] == "SYNC_FLUSH":
-            broker.consumers.persist()
+            broker.consumers.persist_offsets()
         await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")
 
 
