@@ -1,7 +1,6 @@
-"""Subscription groups and topic message types: RocketMQ's defaults, the back-off of each attempt,
-the mqadmin JSON of a retry policy, what a topic of each type takes, a message's type from its
-properties and a FIFO message's queue; bad input gets its catalogue error; a broker keeps the
-configured groups."""
+"""Subscription groups and topic message types: RocketMQ's defaults, the mqadmin JSON of a retry
+policy, what a topic of each type takes, a message's type from its properties and a FIFO message's
+queue; bad input gets its catalogue error; a broker keeps the configured groups."""
 
 import hashlib
 import json
@@ -55,17 +54,6 @@ def test_a_group_never_configured_has_rocketmqs_defaults():
     assert group.retry_policy is DEFAULT_RETRY_POLICY and group.retry_policy.kind == CUSTOMIZED
     seconds = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
     assert group.retry_policy.next_ms == tuple(s * 1000 for s in seconds)
-
-
-def test_a_customized_back_off_follows_its_list_and_repeats_the_last():
-    policy = RetryPolicy(CUSTOMIZED, next_ms=(1000, 5000, 10000))
-    assert [policy.backoff_ms(attempt) for attempt in range(1, 6)] == [1000, 5000, 10000, 10000, 10000]
-
-
-def test_an_exponential_back_off_grows_to_its_max():
-    policy = RetryPolicy(EXPONENTIAL, initial_ms=5000, max_ms=60000, multiplier=2)
-    assert [policy.backoff_ms(attempt) for attempt in range(1, 7)] == [5000, 10000, 20000, 40000, 60000, 60000]
-    assert RetryPolicy(EXPONENTIAL, multiplier=1e300).backoff_ms(10_000) == 7_200_000
 
 
 def test_mqadmins_policy_json_round_trips_through_a_group():

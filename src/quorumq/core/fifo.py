@@ -18,9 +18,9 @@ plus the time they had left when the record was made.
 """
 
 import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Collection, Mapping
 
 from quorumq.core.leases import spent
 

@@ -34,7 +34,6 @@ RETRY_MAX_TIMES_DEFAULT = 16
 # (ChangeInvisibleDuration), so it keeps to the invisible time's bounds.
 BACKOFF_MS_MIN = int(limits.INVISIBLE_SECONDS_MIN * 1000)
 BACKOFF_MS_MAX = int(limits.INVISIBLE_SECONDS_MAX * 1000)
-_EXPONENT_MAX = 32  # as RocketMQ's ExponentialRetryPolicy: past it the back-off is max_ms anyway
 
 
 def _policy_error(detail: str) -> QuorumqError:
@@ -72,16 +71,6 @@ class RetryPolicy:
                 raise _policy_error(f"multiplier {self.multiplier} is not a finite number of at least 1")
         else:
             raise _policy_error(f"retry policy type {quoted(self.kind)} is neither {CUSTOMIZED} nor {EXPONENTIAL}")
-
-    def backoff_ms(self, attempt: int) -> int:
-        """The back-off after delivery `attempt` (1-based) failed, before the next delivery."""
-        assert attempt >= 1, attempt
-        if self.kind == CUSTOMIZED:
-            return self.next_ms[min(attempt, len(self.next_ms)) - 1]
-        backoff = float(self.initial_ms)
-        for _ in range(min(attempt - 1, _EXPONENT_MAX)):  # capped each step: a float power may overflow
-            backoff = min(self.max_ms, backoff * self.multiplier)
-        return int(backoff)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy(CUSTOMIZED)
