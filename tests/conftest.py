@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from controller_group import started_group
 from harness import SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer
 
 
@@ -62,6 +63,14 @@ def clusters(tmp_path_factory) -> list[dict]:
     finally:
         for cluster in started:
             cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def controller_group(tmp_path_factory):
+    """One controller-mode group of three brokers and one controller (controller_group.py) for a
+    whole test module; a test that needs every broker up and in the SyncStateSet restores it first."""
+    with started_group(tmp_path_factory.mktemp("controller-group"), controllers=1) as group:
+        yield group
 
 
 @pytest.fixture

@@ -41,6 +41,8 @@ CLUSTER_START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 CLI_TIMEOUT_S = 60.0
 SMALL_MESSAGE_SIZE = 64 * 1024  # maxMessageSize of the small_message_cluster fixture
+# The v5 MessagingService's method paths, for calls made with a raw gRPC channel.
+MESSAGING_SERVICE = "/apache.rocketmq.v2.MessagingService/"
 # Brokers preallocate whole segments: 64 MiB (room for a 4 MiB message) instead of 1 GiB keeps a
 # run's clusters from filling the disk past diskSpaceWarningLevelRatio.
 TEST_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -286,6 +288,11 @@ class Driver:
             return self.process.wait(timeout=60)
         finally:
             self.kill()  # whatever of its group is left
+
+
+def process_of(cluster: dict, kind: str) -> dict:
+    """The cluster's first process of a kind ("broker", "namesrv", "controller", ...)."""
+    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def create_topic(cluster: dict, topic: str, queues: int) -> None:

@@ -11,7 +11,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import SMALL_MESSAGE_SIZE, log_end, log_since
+from harness import MESSAGING_SERVICE, SMALL_MESSAGE_SIZE, log_end, log_since, process_of
 from quorumq import limits
 from quorumq.client import ClientError
 from quorumq.cluster import cluster_pb2 as pb
@@ -21,14 +21,10 @@ from quorumq.errors import Error
 
 @pytest.fixture(scope="module")
 def stub(small_message_cluster):
-    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(small_message_cluster, "broker")
     channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
     yield v5_grpc.MessagingServiceStub(channel)
     channel.close()
-
-
-def process_of(cluster, kind):
-    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def message(topic="BadInput", body=b"x", message_type=v5.MessageType.NORMAL, **system):
@@ -150,12 +146,12 @@ def test_garbage_and_half_open_connections_do_not_stop_service(small_message_clu
 
 UNPARSABLE = b"\x0a\x05ab"  # field 1, said to be 5 bytes long, of which 2 came
 RAW_CALLS = [  # (process kind, method, its shape): the v5 service and the cluster protocol's, every shape
-    ("broker", "/apache.rocketmq.v2.MessagingService/QueryRoute", "unary_unary"),
-    ("broker", "/apache.rocketmq.v2.MessagingService/ReceiveMessage", "unary_stream"),
-    ("broker", "/apache.rocketmq.v2.MessagingService/Telemetry", "stream_stream"),
+    ("broker", MESSAGING_SERVICE + "QueryRoute", "unary_unary"),
+    ("broker", MESSAGING_SERVICE + "ReceiveMessage", "unary_stream"),
+    ("broker", MESSAGING_SERVICE + "Telemetry", "stream_stream"),
     ("broker", "/quorumq.cluster.BrokerAdmin/UpdateTopic", "unary_unary"),
     ("broker", "/quorumq.cluster.MessageReader/PullBatch", "unary_stream"),
-    ("namesrv", "/apache.rocketmq.v2.MessagingService/QueryRoute", "unary_unary"),
+    ("namesrv", MESSAGING_SERVICE + "QueryRoute", "unary_unary"),
     ("namesrv", "/quorumq.cluster.NameServer/RegisterBroker", "unary_unary"),
 ]
 

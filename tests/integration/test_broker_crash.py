@@ -13,7 +13,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import pid_alive, start_process, stop_process, wait_registered
+from harness import pid_alive, process_of, start_process, stop_process, wait_registered
 
 SEED = 20261122
 ROUNDS = 4
@@ -68,7 +68,7 @@ def read_queue(stub, queue_id: int) -> dict[int, bytes]:
 @pytest.mark.timeout(240)
 def test_acknowledged_messages_survive_sigkill(start_cluster):
     cluster = start_cluster(sets={"flushDiskType": "SYNC_FLUSH", "defaultTopicQueueNums": str(QUEUES)})
-    broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(cluster, "broker")
     rng = random.Random(SEED)
     acked: dict[tuple[int, int], bytes] = {}
     for _ in range(ROUNDS):

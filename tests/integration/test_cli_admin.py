@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from harness import check_for, cli, free_base_port, pid_alive
+from harness import check_for, cli, free_base_port, pid_alive, process_of
 from quorumq.client import AdminClient, Blocking, ClientError, Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
 
@@ -28,7 +28,7 @@ def new_topic() -> str:
 
 @pytest.fixture(scope="module")
 def broker(shared_cluster) -> dict:
-    return next(p for p in shared_cluster["processes"] if p["kind"] == "broker")
+    return process_of(shared_cluster, "broker")
 
 
 def test_cluster_list(shared_cluster, broker):

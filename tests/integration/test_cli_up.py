@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import LocalCluster, check_for, cli, free_base_port, pid_alive, stop_process
+from harness import LocalCluster, check_for, cli, free_base_port, pid_alive, process_of, stop_process
 from quorumq.cli.up import REPLICAS_MAX, plan
 from quorumq.client import AdminClient, Blocking, Message, Producer
 from quorumq.config import Kind, read_properties
@@ -42,7 +42,7 @@ def taken_address(address: str) -> str:
 def test_a_server_refuses_a_port_another_process_listens_on(cluster, tmp_path):
     """gRPC's default SO_REUSEPORT would let the second bind succeed and take a share of the first
     one's connections; each kind must refuse to start instead, and the first keeps serving."""
-    namesrv, broker = (next(p for p in cluster["processes"] if p["kind"] == kind) for kind in ("namesrv", "broker"))
+    namesrv, broker = (process_of(cluster, kind) for kind in ("namesrv", "broker"))
     broker_properties = read_properties(Path(broker["config"]).read_text())
     ha_address = f"127.0.0.1:{broker_properties['haListenPort']}"
     for kind, taken, changes, refused in (

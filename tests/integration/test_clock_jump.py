@@ -21,6 +21,7 @@ from harness import (
     log_end,
     log_since,
     official_message,
+    process_of,
     receive_all,
     simple_consumer,
     started_producer,
@@ -70,10 +71,6 @@ def stored_skew_ms(cluster: dict) -> int:
         result = producer.send("ClockProbe", Message(b"probe"), queue_id=0)
         [stored] = consumer.pull("ClockProbe", 0, result.queue_offset, 1).messages
         return stored.store_timestamp_ms - sent_ms
-
-
-def process_of(cluster: dict, kind: str) -> dict:
-    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def registered_addresses(cluster: dict) -> set[str]:

@@ -16,7 +16,16 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import LocalCluster, RawConnection, async_check_for, check_for, log_end, log_since
+from harness import (
+    MESSAGING_SERVICE,
+    LocalCluster,
+    RawConnection,
+    async_check_for,
+    check_for,
+    log_end,
+    log_since,
+    process_of,
+)
 from quorumq.client import FOUND, ClientError, Message, Producer, PullConsumer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.errors import Error
@@ -47,7 +56,7 @@ def limited_cluster(tmp_path_factory):
 
 
 def broker_of(cluster: dict) -> dict:
-    return next(p for p in cluster["processes"] if p["kind"] == "broker")
+    return process_of(cluster, "broker")
 
 
 def rss_bytes(pid: int) -> int:
@@ -62,7 +71,7 @@ def test_an_idle_connection_is_closed_and_one_with_an_open_stream_is_not(limited
     idle, streaming = RawConnection(address), RawConnection(address)
     try:
         assert idle.settings()[3] == CALLS_PER_CONNECTION  # SETTINGS_MAX_CONCURRENT_STREAMS
-        streaming.call("/apache.rocketmq.v2.MessagingService/Telemetry", None)
+        streaming.call(MESSAGING_SERVICE + "Telemetry", None)
         assert idle.closed_within(IDLE_MS / 1000 + 3), "a connection without calls is closed after the idle timeout"
         assert not streaming.closed_within(2 * IDLE_MS / 1000), "an open Telemetry stream keeps its connection"
     finally:

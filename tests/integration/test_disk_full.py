@@ -9,7 +9,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import LocalCluster, check_for, cli, pid_alive
+from harness import LocalCluster, check_for, cli, pid_alive, process_of
 
 BODY = b"d" * (128 * 1024)
 
@@ -60,7 +60,7 @@ def test_full_disk_refuses_writes_then_resumes(small_disk, refusal):
     warning = "0.6" if refusal == "warning-ratio" else "1.0"
     cluster, info = start(disk, diskSpaceWarningLevelRatio=warning, diskSpaceCleanForciblyRatio="1.0")
     try:
-        broker = next(p for p in info["processes"] if p["kind"] == "broker")
+        broker = process_of(info, "broker")
         stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
         accepted, refused = fill_until_refused(stub, "Fill")
         assert accepted > 10
@@ -86,7 +86,7 @@ def test_a_send_refused_for_a_full_disk_creates_no_topic(start_cluster):
     """Admission comes before auto-creation: a send to a new topic that the disk check refuses
     leaves no topic behind (autoCreateTopicEnable is on)."""
     info = start_cluster(sets={"cleanResourceInterval": "100"})
-    broker = next(p for p in info["processes"] if p["kind"] == "broker")
+    broker = process_of(info, "broker")
     stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
 
     def set_warning_ratio(value: str) -> None:
@@ -136,7 +136,7 @@ def test_a_resend_of_a_message_stored_but_not_indexed_is_answered_from_its_copy(
     disk = small_disk("16m")
     cluster, info = start(disk, diskSpaceWarningLevelRatio="1.0", diskSpaceCleanForciblyRatio="1.0")
     try:
-        broker = next(p for p in info["processes"] if p["kind"] == "broker")
+        broker = process_of(info, "broker")
         stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
         made = cli("admin", "updateTopic", "-n", info["access_point"], "-t", "Unindexed", "-c", info["cluster"])
         assert made.returncode == 0, made.stderr

@@ -26,7 +26,6 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from controller_group import started_group
 from harness import (
     check_for,
     cli,
@@ -298,19 +297,12 @@ def test_a_lease_outlasts_a_broker_restart_and_its_message_comes_back_first(clus
         consumer.shutdown()
 
 
-@pytest.fixture(scope="module")
-def controller_cluster(tmp_path_factory):
-    with started_group(tmp_path_factory.mktemp("fifo-controller"), controllers=1) as group:
-        yield group
-
-
-def test_fifo_order_holds_across_the_masters_sigkill(controller_cluster):
+def test_fifo_order_holds_across_the_masters_sigkill(controller_group):
     """A consumer holds message N of a queue when the master dies: the new master hands out
     nothing of that queue until N's lease ends, then N before N+1."""
-    group_cluster = controller_cluster
-    group_cluster.restore()  # every broker up and in the SyncStateSet: a slave can be elected
-    cluster = group_cluster.cluster
-    endpoints = ";".join(broker["address"] for broker in group_cluster.brokers)
+    controller_group.restore()  # every broker up and in the SyncStateSet: a slave can be elected
+    cluster = controller_group.cluster
+    endpoints = ";".join(broker["address"] for broker in controller_group.brokers)
     topic, group, config, _ = one_queue_sent(cluster, 3, ClientConfiguration(endpoints, Credentials(),
                                                                               request_timeout=5))
     consumer = simple_consumer(config, group, topic)
@@ -318,9 +310,9 @@ def test_fifo_order_holds_across_the_masters_sigkill(controller_cluster):
         [held] = consumer.receive(1, 15)
         leased_until = time.monotonic() + 15
         assert held.body == b"m0"
-        old_master = group_cluster.master()
+        old_master = controller_group.master()
         stop_process(old_master, signal.SIGKILL)
-        check_for(30, 0.1, lambda: group_cluster.master() is not old_master, "a new master")
+        check_for(30, 0.1, lambda: controller_group.master() is not old_master, "a new master")
 
         def next_receive():
             try:

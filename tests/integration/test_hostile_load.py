@@ -17,6 +17,7 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import (
+    MESSAGING_SERVICE,
     RawConnection,
     check_for,
     configuration,
@@ -24,6 +25,7 @@ from harness import (
     log_since,
     official_message,
     peak_rss_bytes,
+    process_of,
     started_producer,
     v5_message,
 )
@@ -33,7 +35,6 @@ from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.errors import Error
 
-SERVICE = "/apache.rocketmq.v2.MessagingService/"
 OPEN_FILES = 1024  # the soft RLIMIT_NOFILE: 256 consume-queue files open at most, 256 connections
 PENDING_BYTES = 8 * limits.MiB  # grpcPendingAnswerBytesPerConnection
 PENDING_TOTAL = 2 * PENDING_BYTES  # grpcPendingAnswerBytesTotal: about twice that in RSS
@@ -46,10 +47,6 @@ IDLE = 150  # connections past the handshake, without a call
 UNREAD = 6  # connections that never read, each with PullBatch and ReceiveMessage answers of 4 MiB
 BODY = 1 * limits.MiB
 UNPARSABLE = b"\x0a\x05ab"
-
-
-def process_of(cluster, kind):
-    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def raw_call(channel, method: str, raw: bytes, answer, timeout: float = 30):
@@ -162,7 +159,7 @@ def hostile_load(broker: dict, namesrv: dict, channel: grpc.Channel, names: grpc
             unread.append(connection)
             for _ in range(3):
                 connection.call("/quorumq.cluster.MessageReader/PullBatch", pull)
-            connection.call(SERVICE + "ReceiveMessage", receive)
+            connection.call(MESSAGING_SERVICE + "ReceiveMessage", receive)
 
     def huge_registration() -> None:
         head = pb.BrokerRegistration(cluster="Huge", broker_name="huge", broker_id=0, address="127.0.0.1:1",
@@ -173,18 +170,19 @@ def hostile_load(broker: dict, namesrv: dict, channel: grpc.Channel, names: grpc
         assert error.error is Error.TOO_MANY_REQUESTS, error
 
     def malformed() -> None:
-        for target, method, answer in ((channel, SERVICE + "SendMessage", v5s.SendMessageResponse),
+        for target, method, answer in ((channel, MESSAGING_SERVICE + "SendMessage", v5s.SendMessageResponse),
                                        (channel, "/quorumq.cluster.BrokerAdmin/UpdateTopic", pb.Empty),
-                                       (names, SERVICE + "QueryRoute", v5s.QueryRouteResponse),
+                                       (names, MESSAGING_SERVICE + "QueryRoute", v5s.QueryRouteResponse),
                                        (names, "/quorumq.cluster.NameServer/RegisterBroker", pb.RegisterReply)):
             error = refusal(partial(raw_call, target, method, UNPARSABLE, answer))
             assert error.error is Error.BAD_REQUEST, (method, error)
 
     def huge_requests() -> None:
         ack = v5s.AckMessageRequest(group=v5.Resource(name="G"), topic=v5.Resource(name=steady)).SerializeToString()
-        answer = raw_call(channel, SERVICE + "AckMessage", ack + b"\x1a\x00" * 300_000, v5s.AckMessageResponse)
+        answer = raw_call(channel, MESSAGING_SERVICE + "AckMessage", ack + b"\x1a\x00" * 300_000,
+                          v5s.AckMessageResponse)
         assert answer.status.code == v5.Code.PAYLOAD_TOO_LARGE and not answer.entries, answer.status
-        answer = raw_call(channel, SERVICE + "SendMessage", b"\x0a\x00" * 2_000_000, v5s.SendMessageResponse)
+        answer = raw_call(channel, MESSAGING_SERVICE + "SendMessage", b"\x0a\x00" * 2_000_000, v5s.SendMessageResponse)
         assert answer.status.code == v5.Code.PAYLOAD_TOO_LARGE, answer.status
 
     def bad_names() -> None:

@@ -7,6 +7,7 @@ from harness import (
     check_for,
     configuration,
     official_message,
+    process_of,
     receive_all,
     restart_process,
     simple_consumer,
@@ -100,7 +101,7 @@ def test_acked_sends_survive_broker_restart(cluster):
         acked = {m.message_id for m in first}
     finally:
         consumer.shutdown()
-    broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(cluster, "broker")
     restart_process(cluster, broker)
     wait_registered(cluster)
     # The client's channel reconnects with gRPC's backoff, so the first sends may need the

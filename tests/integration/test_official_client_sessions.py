@@ -22,17 +22,13 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from rocketmq.v5.exception import UnsupportedException
 
-from harness import check_for, log_end, log_since, official_message, v5_message, v5_send
+from harness import check_for, log_end, log_since, official_message, process_of, v5_message, v5_send
 from node_client import NodeClient, NodeError
 from quorumq.client import AdminClient, Blocking
 
 REFUSED_GROUP = "G" * 200  # longer than a group name may be (limits.NAME_LENGTH_MAX); the clients allow it
 STARTUP_TIMEOUT_S = 10.0  # the Node.js client, refused, ends its startup at once; unanswered, it waits for ever
 MESSAGING_METHODS = list(v5s.DESCRIPTOR.services_by_name["MessagingService"].methods)
-
-
-def process_of(cluster: dict, kind: str) -> dict:
-    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 class FailingFirst(MessageListener):

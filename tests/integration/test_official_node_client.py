@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from controller_group import FAILOVER_S, started_group
+from controller_group import FAILOVER_S
 from harness import LocalCluster, check_for, stop_process, wait_registered
 from node_client import NodeClient
 
@@ -37,12 +37,6 @@ def replica_cluster(tmp_path_factory):
         yield info
     finally:
         cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def controller_group(tmp_path_factory):
-    with started_group(tmp_path_factory.mktemp("node-controller"), controllers=1) as group:
-        yield group
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import v5_message
+from harness import process_of, v5_message
 from quorumq import limits
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
@@ -55,7 +55,7 @@ def send(channel: grpc.Channel, topic: str, body: bytes) -> str:
 
 def test_more_topics_than_the_open_files_limit_allows(start_cluster):
     cluster = start_cluster(open_files=OPEN_FILES, sets={"defaultTopicQueueNums": "1"})
-    broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(cluster, "broker")
     topics = [f"open-files-{number}" for number in range(TOPICS)]
     with grpc.insecure_channel(broker["address"]) as channel:
         failures = {topic: outcome for topic in topics if (outcome := send(channel, topic, topic.encode())) != "OK"}
@@ -75,7 +75,7 @@ def test_connections_cannot_take_the_descriptors_the_store_needs(start_cluster):
     after the 10 s handshake timeout): past its share gRPC closes them at once, and the store still
     opens the files of new topics meanwhile."""
     cluster = start_cluster(open_files=OPEN_FILES, sets={"defaultTopicQueueNums": "1"})
-    broker = next(p for p in cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(cluster, "broker")
     host, port = broker["address"].rsplit(":", 1)
     topics = [f"crowded-{number}" for number in range(TOPICS // 3)]
     with grpc.insecure_channel(broker["address"]) as channel:

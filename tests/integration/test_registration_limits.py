@@ -20,6 +20,7 @@ from harness import (
     log_end,
     log_since,
     peak_rss_bytes,
+    process_of,
     reset_peak_rss,
     restart_process,
     start_process,
@@ -33,10 +34,6 @@ from quorumq.errors import Error
 from quorumq.grpc_errors import sent_error
 
 GRPC_DEFAULT_RECEIVE_BYTES = 4 * limits.MiB
-
-
-def process_of(cluster, kind):
-    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def query_route(channel, topic: str) -> v5s.QueryRouteResponse:

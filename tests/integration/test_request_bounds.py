@@ -11,26 +11,23 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import (
+    MESSAGING_SERVICE,
     SMALL_MESSAGE_SIZE,
     configuration,
     log_end,
     log_since,
     official_message,
     peak_rss_bytes,
+    process_of,
     started_producer,
 )
 from quorumq import limits
 from quorumq.client import ClientError
 from quorumq.errors import Error
 
-SERVICE = "/apache.rocketmq.v2.MessagingService/"
 EMPTY_MESSAGES = 2_000_000  # 4 MB on the wire; parsed, 150 MB of objects each
 AT_ONCE = 3  # of those, in flight together
 EMPTY_KEYS = 1_000_000  # of one message, 2 MB on the wire: 1M strings parsed
-
-
-def process_of(cluster, kind):
-    return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
 def unknown_field(size: int) -> bytes:
@@ -53,7 +50,7 @@ def test_hostile_requests_are_refused_unparsed_and_the_broker_stays_small(start_
                                                                ("grpc.max_receive_message_length", -1)])
 
     def call(method: str, raw: bytes):
-        rpc = channel.unary_unary(SERVICE + method, request_serializer=lambda data: data,
+        rpc = channel.unary_unary(MESSAGING_SERVICE + method, request_serializer=lambda data: data,
                                   response_deserializer=getattr(v5s, f"{method}Response").FromString)
         return rpc(raw, timeout=30)
 
@@ -105,12 +102,12 @@ def test_hostile_requests_are_refused_unparsed_and_the_broker_stays_small(start_
             call("SendMessage", unknown_field(limits.grpc_receive_bytes(SMALL_MESSAGE_SIZE) + 1))
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
         # An answer stream carries the refusal as its one answer.
-        receive = channel.unary_stream(SERVICE + "ReceiveMessage", request_serializer=lambda data: data,
+        receive = channel.unary_stream(MESSAGING_SERVICE + "ReceiveMessage", request_serializer=lambda data: data,
                                        response_deserializer=v5s.ReceiveMessageResponse.FromString)
         [received] = list(receive(unknown_field(limits.REQUEST_BYTES_MAX + 1), timeout=10))
         assert received.status.code == v5.Code.PAYLOAD_TOO_LARGE, received
         # A request stream's command past its bound ends the stream: no v5 answer fits it.
-        telemetry = channel.stream_stream(SERVICE + "Telemetry", request_serializer=lambda data: data,
+        telemetry = channel.stream_stream(MESSAGING_SERVICE + "Telemetry", request_serializer=lambda data: data,
                                           response_deserializer=v5s.TelemetryCommand.FromString)
         with pytest.raises(grpc.RpcError) as refused:
             list(telemetry(iter([unknown_field(limits.REQUEST_BYTES_MAX + 1)]), timeout=10))

@@ -11,7 +11,7 @@ import uuid
 import grpc
 import pytest
 
-from harness import SMALL_MESSAGE_SIZE, async_check_for, start_process, stop_process, wait_registered
+from harness import SMALL_MESSAGE_SIZE, async_check_for, process_of, start_process, stop_process, wait_registered
 from quorumq.client import Message, Producer, PullConsumer
 from quorumq.client import producer as producer_module
 from quorumq.client.errors import ClientError
@@ -22,7 +22,7 @@ from quorumq.core import codec
 
 @pytest.fixture(scope="module")
 def writer(small_message_cluster):
-    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(small_message_cluster, "broker")
     channel = grpc.insecure_channel(broker["address"], options=[("grpc.max_send_message_length", -1)])
     yield pb_grpc.MessageWriterStub(channel)
     channel.close()
@@ -76,7 +76,7 @@ def test_a_resend_after_a_restart_is_answered_from_the_copy_in_the_log(writer, s
     request = pb.SendBatchRequest(topic=topic, queue_id=0, records=records(topic, 0, b"a", b"b", id_prefix=prefix),
                                   count=2, request_id=f"{prefix}0")
     first = writer.SendBatch(request, timeout=10)
-    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(small_message_cluster, "broker")
     stop_process(broker, signal.SIGKILL)
     start_process(broker)
     wait_registered(small_message_cluster)
@@ -155,7 +155,7 @@ async def test_a_request_that_got_no_answer_is_sent_again_counted_and_stored_onc
     with the same request id: the result counts two attempts (a resend to another master after a
     failover could store it twice), and the broker, continued, stores it once."""
     access_point, topic = small_message_cluster["access_point"], new_topic()
-    broker = next(p for p in small_message_cluster["processes"] if p["kind"] == "broker")
+    broker = process_of(small_message_cluster, "broker")
     async with Producer(access_point, timeout_s=0.5) as producer:
         [warm] = await producer.send_batch(topic, [Message(b"route")], queue_id=0)
         calls = []  # every RPC the producer makes from here on, in the order it starts them
