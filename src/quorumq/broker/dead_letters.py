@@ -36,7 +36,7 @@ class DeadLetters:
                             flag=letter.message.flag, born_timestamp_ms=letter.message.born_timestamp_ms,
                             born_host=letter.message.born_host, reconsume_times=letter.attempts)
                   for letter in letters]
-        results = await broker.sends.put(copies, answer_by, resends=False)
+        results = await broker.sends.put(copies, answer_by, dead_letters=True)
         failed = []
         for letter, result in zip(letters, results):
             stored = letter.message

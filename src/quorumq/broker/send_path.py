@@ -114,20 +114,21 @@ class SendPath:
     # The two send paths.
 
     async def put(self, messages: list[MessageIn | QuorumqError], answer_by: float | None = None,
-                  resends: bool = True) -> list[PutResult]:
+                  dead_letters: bool = False) -> list[PutResult]:
         """Append what passed the checks with one write; wait for the flush and the copies the config
         asks for, but not past `answer_by` (the clock's monotonic time: the client's deadline). A
         message whose id this master stored recently is a client's retry: it is not stored again,
-        and it gets the first copy's outcome once that copy has its quorum. Without `resends` (a
-        dead letter's copy, which keeps its message's id) every message is stored, and its id is
-        not remembered as a send's."""
+        and it gets the first copy's outcome once that copy has its quorum. `dead_letters`: the
+        copies of dead letters (broker/dead_letters.py), which keep their messages' ids: each is
+        stored and its id not remembered as a send's, and their DLQ topic takes them
+        (Topics.writable_queue)."""
         results = [PutResult(None, error=item) if isinstance(item, QuorumqError) else None for item in messages]
         fresh: list[tuple[int, MessageIn]] = []
         retried: list[tuple[int, StoredCopy]] = []
         for index, message in enumerate(messages):
             if isinstance(message, QuorumqError):
                 continue
-            copy = self.recent_sends.get(message.properties.get(MESSAGE_ID, "")) if resends else None
+            copy = None if dead_letters else self.recent_sends.get(message.properties.get(MESSAGE_ID, ""))
             if copy is not None:
                 retried.append((index, copy))
             else:
@@ -135,7 +136,7 @@ class SendPath:
         try:
             if fresh:
                 plan = self._admit(len(fresh))
-                for index, result in self._put_fresh(fresh, plan):
+                for index, result in self._put_fresh(fresh, plan, dead_letters):
                     results[index] = result
                 accepted = [(index, message) for index, message in fresh if results[index] is None]
                 if accepted:
@@ -143,7 +144,7 @@ class SendPath:
 
                     def store_append() -> AppendResult:
                         return _noted(lambda: self._broker.store.append(batch),
-                                      partial(self._remember, batch) if resends else None)
+                                      None if dead_letters else partial(self._remember, batch))
 
                     status, appended, epoch = await self._append(
                         plan, len(batch), Counter(message.topic for message in batch), store_append, answer_by)
@@ -165,7 +166,8 @@ class SendPath:
                 metrics.answered(result.status.name if result.error is None else result.error.error.name)
         return results
 
-    def _put_fresh(self, fresh: list[tuple[int, MessageIn]], plan: AckPlan) -> list[tuple[int, PutResult]]:
+    def _put_fresh(self, fresh: list[tuple[int, MessageIn]], plan: AckPlan,
+                   dead_letters: bool) -> list[tuple[int, PutResult]]:
         """The answers known before the append: every message when the plan is rejected, else the
         ones whose queue is refused (a topic is created here, once admission let the send in)."""
         if plan.rejected:
@@ -176,7 +178,7 @@ class SendPath:
         for index, message in fresh:
             try:
                 message.queue_id = self._broker.topics.writable_queue(message.topic, message.queue_id,
-                                                                      message.properties)
+                                                                      message.properties, dead_letters)
             except QuorumqError as error:
                 refused.append((index, PutResult(None, error=error)))
         return refused

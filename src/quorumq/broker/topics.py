@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quorumq import limits
 from quorumq.core import codec, properties
-from quorumq.core.dead_letters import DLQ_QUEUES, is_dead_letter_topic
+from quorumq.core.dead_letters import DLQ_QUEUES
 from quorumq.core.fifo import LEASE_TOPIC
 from quorumq.core.message_rules import check_message_group
 from quorumq.core.message_types import RecordRules, TopicMessageType, check_message_type, fifo_queue
@@ -45,12 +45,13 @@ class Topics:
         config = self.configs.get(topic)
         if config is not None:
             return config
-        # A group's DLQ topic is made on demand, whatever autoCreateTopicEnable says, as RocketMQ does.
-        dead_letters = is_dead_letter_topic(topic)
-        if not (create and (self.config["autoCreateTopicEnable"] or dead_letters)):
+        if not (create and self.config["autoCreateTopicEnable"]):
             raise QuorumqError(Error.TOPIC_NOT_FOUND, f"topic {topic} does not exist on {self.config['brokerName']} "
                                                       "and autoCreateTopicEnable is false")
-        queues = DLQ_QUEUES if dead_letters else self.config["defaultTopicQueueNums"]
+        return self._make(topic, self.config["defaultTopicQueueNums"])
+
+    def _make(self, topic: str, queues: int) -> TopicConfig:
+        """A topic made by the send that needs it (its members must hold it before the answer: `held`)."""
         config = self.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
         self._unconfirmed[topic] = self._broker.metadata_sync.version
         return config
@@ -164,12 +165,13 @@ class Topics:
         if queue_id not in self.readable_queue_ids(topic):
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
 
-    def writable_queue(self, topic: str, queue_id: int, message: Mapping[str, str]) -> int:
+    def writable_queue(self, topic: str, queue_id: int, message: Mapping[str, str], dead_letter: bool) -> int:
         """The queue a send of a message (its properties) goes to: a FIFO message's group's queue
         (core/message_types.py fifo_queue, whatever queue the client chose), else `queue_id`, or
         when it is negative the topic's next queue round robin. Called after admission
-        (broker/send_path.py): a send refused must not create its topic."""
-        config = self._config_to_send(topic, [message])
+        (broker/send_path.py): a send refused must not create its topic. A `dead_letter`'s copy
+        goes to its group's DLQ topic, made for it if need be (`_config_to_send`)."""
+        config = self._config_to_send(topic, [message], dead_letter)
         group = message.get(properties.MESSAGE_GROUP)
         if group is not None:
             return fifo_queue(group, config.write_queue_nums)
@@ -188,22 +190,27 @@ class Topics:
         for append_encoded), where it reads their properties anyway; a send that makes its topic
         has them checked here first, as a topic is made only for messages it takes."""
         made = self.configs.get(topic) is None
-        config = self._config_to_send(topic, _records_properties(records, count) if made else ())
+        config = self._config_to_send(topic, _records_properties(records, count) if made else (), dead_letter=False)
         if queue_id >= config.write_queue_nums:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
-        return RecordRules(topic, _checked_type(topic, config), queue_id, config.write_queue_nums)
+        return RecordRules(topic, config.message_type, queue_id, config.write_queue_nums)
 
-    def _config_to_send(self, topic: str, messages: Sequence[Mapping[str, str]]) -> TopicConfig:
+    def _config_to_send(self, topic: str, messages: Sequence[Mapping[str, str]], dead_letter: bool) -> TopicConfig:
         """The config of a topic a send goes to, which takes the type of each message (their
         properties): created when the config allows it (NORMAL, and only for messages it takes),
-        and writable here."""
+        and writable here. A dead letter's copy (broker/dead_letters.py) makes its DLQ topic
+        whatever autoCreateTopicEnable says, as RocketMQ does, and goes there whatever its type
+        (a FIFO message's keeps its group); a client's send to a DLQ topic keeps every rule."""
         _check_not_lease_topic(topic)
         config = self.configs.get(topic)
-        kind = _checked_type(topic, config)
-        if kind is not None and (config is not None or self.config["autoCreateTopicEnable"]):
-            for message in messages:
-                check_message_type(topic, kind, message)
-        config = self.topic_config(topic, create=True)
+        if dead_letter:
+            config = config or self._make(topic, DLQ_QUEUES)
+        else:
+            if config is not None or self.config["autoCreateTopicEnable"]:
+                kind = config.message_type if config is not None else TopicMessageType.NORMAL  # what auto-create makes
+                for message in messages:
+                    check_message_type(topic, kind, message)
+            config = self.topic_config(topic, create=True)
         if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
             raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
         return config
@@ -221,15 +228,6 @@ class Topics:
         if self.config["flushDiskType"] == "SYNC_FLUSH":
             broker.consumers.persist_offsets()
         await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")
-
-
-def _checked_type(topic: str, config: TopicConfig | None) -> TopicMessageType | None:
-    """The type a send to the topic is checked against (None: any), a topic auto-create makes being
-    NORMAL. A DLQ topic takes any message, as RocketMQ's proxy checks no type there: a FIFO
-    message's dead letter keeps its message group."""
-    if is_dead_letter_topic(topic):
-        return None
-    return config.message_type if config is not None else TopicMessageType.NORMAL
 
 
 def _records_properties(records: bytes, count: int) -> Sequence[Mapping[str, str]]:

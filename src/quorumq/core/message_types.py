@@ -69,14 +69,13 @@ _TYPE_KEYS = re.compile(b"|".join(re.escape(f"{name}{codec.NAME_VALUE_SEPARATOR}
                                   for name in (properties.MESSAGE_GROUP, properties.TRANSACTION, *properties.DELAY)))
 
 
-def check_type_and_group(topic: str, topic_type: TopicMessageType | None, props: Mapping[str, str]) -> str | None:
+def check_type_and_group(topic: str, topic_type: TopicMessageType, props: Mapping[str, str]) -> str | None:
     """Refuse a message (its properties) whose group breaks the group rules or whose type the topic's
-    does not take (None: a topic that takes any); its group, or None."""
+    does not take; its group, or None."""
     group = props.get(properties.MESSAGE_GROUP)
     if group is not None:
         check_message_group(group)
-    if topic_type is not None:
-        check_message_type(topic, topic_type, props)
+    check_message_type(topic, topic_type, props)
     return group
 
 
@@ -87,13 +86,13 @@ class RecordRules:
     store/append.py calls `check` on each record's properties as it walks the records."""
 
     topic: str
-    topic_type: TopicMessageType | None  # None: the topic takes any type (a DLQ topic)
+    topic_type: TopicMessageType
     queue_id: int
     write_queue_nums: int
     _takes_normal: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self._takes_normal = self.topic_type is None or _NORMAL in ACCEPTED[self.topic_type]
+        self._takes_normal = _NORMAL in ACCEPTED[self.topic_type]
 
     def check(self, encoded: bytes | bytearray, start: int, end: int) -> None:
         """Refuse the record whose encoded properties, valid UTF-8, are `encoded[start:end]`."""
