@@ -37,9 +37,12 @@ from harness import (
     simple_consumer,
     started_producer,
     stop_process,
+    v5_message,
+    v5_send,
     wait_registered,
 )
 from quorumq.core.message_types import fifo_queue
+from test_receive_rules import broker_config
 
 CLUSTER = "DefaultCluster"
 
@@ -273,6 +276,24 @@ def test_a_consumer_forwards_a_message_it_holds_to_the_dead_letters(shared_clust
         consumer.shutdown()
     [letter] = read_dead_letters(config, group, 1)
     assert letter.message_id == ids[0] and letter.properties["RECONSUME_TIME"] == "1"
+
+
+def test_a_dead_letter_makes_its_dlq_topic_where_a_clients_send_may_not(shared_cluster):
+    """With autoCreateTopicEnable false a client's send to a new %DLQ% topic is refused as to any
+    new topic, while a group's dead letter still makes its DLQ topic."""
+    topic, group, config, ids = one_queue_sent(shared_cluster, 1)
+    address = broker_address(shared_cluster)
+    with broker_config(shared_cluster, "autoCreateTopicEnable", "false", "true"):
+        refused = v5_send(address, v5_message(f"%DLQ%{group}", b"from a client"))
+        assert refused.status.code == v5.Code.TOPIC_NOT_FOUND, refused.status
+        consumer = simple_consumer(config, group, topic)
+        try:
+            [message] = consumer.receive(1, 30)
+            assert v5.Code.Name(forward(address, group, topic, ids[0], message.receipt_handle).code) == "OK"
+        finally:
+            consumer.shutdown()
+        [letter] = read_dead_letters(config, group, 1)
+        assert letter.message_id == ids[0]
 
 
 def test_a_lease_outlasts_a_broker_restart_and_its_message_comes_back_first(cluster):
