@@ -84,21 +84,27 @@ def test_full_disk_refuses_writes_then_resumes(small_disk, refusal):
 
 def test_a_send_refused_for_a_full_disk_creates_no_topic(start_cluster):
     """Admission comes before auto-creation: a send to a new topic that the disk check refuses
-    leaves no topic behind (autoCreateTopicEnable is on)."""
+    leaves no topic behind (autoCreateTopicEnable is on). A FIFO group's receive, which writes a
+    lease record, is refused as a send is."""
     info = start_cluster(sets={"cleanResourceInterval": "100"})
     broker = process_of(info, "broker")
     stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
 
-    def set_warning_ratio(value: str) -> None:
-        result = cli("admin", "updateBrokerConfig", "-n", info["access_point"],
-                     "-k", "diskSpaceWarningLevelRatio", "-v", value)
+    def admin(*args: str) -> None:
+        result = cli("admin", *args, "-n", info["access_point"])
         assert result.returncode == 0, result.stderr
 
-    set_warning_ratio("0.0001")  # any disk is fuller than that: writes are refused
+    admin("updateTopic", "-c", "DefaultCluster", "-t", "Fifo", "-a", "+message.type=FIFO")
+    admin("updateSubGroup", "-c", "DefaultCluster", "-g", "FifoReaders", "-o", "true")
+    admin("updateBrokerConfig", "-k", "diskSpaceWarningLevelRatio", "-v", "0.0001")  # any disk is fuller
     check_for(10, 0.05, lambda: send(stub, "Probe").status.code != v5.Code.OK, "writes refused")
     refused = send(stub, "Refused").status
     assert "DISK_FULL" in refused.message
-    set_warning_ratio("0.99")
+    [received] = stub.ReceiveMessage(v5s.ReceiveMessageRequest(
+        group=v5.Resource(name="FifoReaders"), message_queue=v5.MessageQueue(topic=v5.Resource(name="Fifo"), id=-1),
+        batch_size=1), timeout=10)
+    assert "DISK_FULL" in received.status.message, received.status
+    admin("updateBrokerConfig", "-k", "diskSpaceWarningLevelRatio", "-v", "0.99")
     check_for(10, 0.05, lambda: send(stub, "Accepted").status.code == v5.Code.OK, "writes resumed")
 
     def topics() -> list[str]:

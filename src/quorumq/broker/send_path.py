@@ -242,11 +242,9 @@ class SendPath:
                                                                 f"record is not held as a send needs: {status.value}")
 
     def admit_record(self) -> int:
-        """Admission of a FIFO lease record that hands messages out (broker/lease_log.py): the
-        role, and the copies its wait needs (`await_record`), or the refusal, before anything is
-        decided."""
-        self.check_role()
-        plan = self.plan_put()
+        """Admission of a FIFO lease record that hands messages out (broker/lease_log.py), as of a
+        send, before anything is decided: the copies its wait needs (`await_record`), or the refusal."""
+        plan = self._admit(0)
         if plan.rejected:
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, f"FIFO messages are not handed out: "
                                                             f"{PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.value}")
