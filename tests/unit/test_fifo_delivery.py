@@ -2,6 +2,8 @@
 change to the lease log, a second broker applying that log holds the same state, and every group
 dead-letters a message after its group's last allowed delivery."""
 
+from collections.abc import Callable
+
 import pytest
 from test_consumer_sessions import SteppedClock
 
@@ -12,7 +14,7 @@ from quorumq.config import Config, Kind
 from quorumq.core import fifo
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import MemoryStore, MessageIn
+from quorumq.store import MemoryStore, MessageIn, UnindexedAppend
 
 TOPIC = "T"
 
@@ -287,3 +289,45 @@ def test_a_write_of_the_positions_alone_leaves_the_fifo_states_to_the_periodic_o
     assert broker.groups.offsets.path.exists() and not broker.lease_log.path.exists()
     broker.groups.persist()
     assert broker.lease_log.path.exists()
+
+
+def failing_appends(broker, fail: Callable[[list, Callable], object]) -> None:
+    """The broker's store appends its lease records through `fail(messages, append)` from now on."""
+    append = broker.store.append
+    broker.store.append = lambda messages: fail(messages, append)
+
+
+def test_a_lease_record_the_store_fails_takes_nothing_of_its_queue_and_the_earlier_queues_go_out(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(2, queue_id=0)
+    broker.send(2, queue_id=1)
+    failing = [True]
+
+    def queue_1_fails(messages, append):
+        if failing[0] and b'"q":1' in messages[0].body:
+            raise QuorumqError(Error.INTERNAL_ERROR, "an I/O error")
+        return append(messages)
+
+    failing_appends(broker, queue_1_fails)
+    popped = broker.pop(batch=4, queue_ids=(0, 1))
+    assert offsets(popped) == [0, 1] and popped.record_end == broker.store.max_offset
+    assert ("G", TOPIC, 1) not in broker.lease_log.queues, "queue 1 took nothing"
+    with pytest.raises(QuorumqError):  # nothing was taken before it: the receive fails
+        broker.pop(batch=4, queue_ids=(1, 0))
+    failing[0] = False
+    assert offsets(broker.pop(batch=4, queue_ids=(1,))) == [0, 1]
+
+
+def test_a_lease_record_the_log_took_but_could_not_index_is_adopted(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(2)
+
+    def unindexed(messages, append):
+        raise UnindexedAppend(QuorumqError(Error.DISK_FULL, "the consume queue's disk is full"), append(messages))
+
+    failing_appends(broker, unindexed)
+    with pytest.raises(UnindexedAppend):
+        broker.pop()
+    assert [lease.offset for lease in broker.lease_log.queues[("G", TOPIC, 0)].leases] == [0, 1], \
+        "its batch is out on every replica that applies the log, and here"
+    assert broker.pop().deliveries == []

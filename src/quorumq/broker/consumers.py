@@ -266,10 +266,21 @@ class ConsumerGroups:
             if room <= 0:
                 break
             key = (group.name, topic, queue_id)
-            if in_order:
-                self._pop_in_order(key, tags, room, invisible_ms, group.max_attempts, now, popped)
-            else:
+            if not in_order:
                 self._pop_queue(key, tags, room, invisible_ms, group.max_attempts, now, popped)
+                continue
+            try:
+                taken = self._pop_in_order(key, tags, room, invisible_ms, group.max_attempts, now)
+            except QuorumqError:
+                # The queue's record was not appended (a store that fails): what the earlier
+                # queues' records hand out goes out, this queue and the rest wait.
+                if popped.deliveries or popped.dead_letters:
+                    break
+                raise
+            popped.deliveries += taken.deliveries
+            popped.dead_letters += taken.dead_letters
+            if taken.record_end is not None:
+                popped.record_end = taken.record_end
         return popped
 
     def _pop_queue(self, key: QueueKey, tags: frozenset[str] | None, room: int, invisible_ms: int,
@@ -306,15 +317,16 @@ class ConsumerGroups:
         leases.skip_to(result.next_offset)
 
     def _pop_in_order(self, key: QueueKey, tags: frozenset[str] | None, room: int, invisible_ms: int,
-                      max_attempts: int, now: int, popped: Popped) -> None:
+                      max_attempts: int, now: int) -> Popped:
         """One step of a FIFO queue (core/fifo.py): a new batch, the expired batch again, or its
         spent messages held for the dead-letter writer; the new state is appended as a record in
-        the same event-loop step."""
+        the same event-loop step (raises, taking nothing, when the append fails)."""
         _, topic, queue_id = key
         queue = before = self._fifo_queue(key)
         step, leases = fifo.next_step(queue, now, max_attempts)
+        taken = Popped([], [])
         if step is Step.BLOCKED:
-            return
+            return taken
         tokens: dict[int, int] = {}
         if step is Step.NEXT_BATCH:
             readable_end = self._readable_end()
@@ -324,7 +336,7 @@ class ConsumerGroups:
                 result = read_messages(self.store, topic, queue_id, queue.end, room, tags, readable_end)
             for message in result.messages:
                 token = tokens[message.queue_offset] = self._token()
-                popped.deliveries.append(Delivery(message, encode_handle(queue_id, message.queue_offset, token), 1,
+                taken.deliveries.append(Delivery(message, encode_handle(queue_id, message.queue_offset, token), 1,
                                                   invisible_ms))
             queue = fifo.next_batch(queue, tokens, max(result.next_offset, queue.end), now, invisible_ms)
         else:
@@ -339,9 +351,9 @@ class ConsumerGroups:
                 token = tokens[lease.offset] = self._token()
                 handle = encode_handle(queue_id, lease.offset, token)
                 if step is Step.REDELIVER:
-                    popped.deliveries.append(Delivery(message, handle, lease.attempt + 1, invisible_ms))
+                    taken.deliveries.append(Delivery(message, handle, lease.attempt + 1, invisible_ms))
                 else:
-                    popped.dead_letters.append(DeadLetter(message, handle, lease.attempt))
+                    taken.dead_letters.append(DeadLetter(message, handle, lease.attempt))
             if step is Step.REDELIVER:
                 queue = fifo.redeliver(queue, tokens, gone, now, invisible_ms)
             else:
@@ -352,7 +364,8 @@ class ConsumerGroups:
         if queue != before:
             end = self.lease_log.change(key, queue, now)
             if tokens and step is not Step.DEAD_LETTER:
-                popped.record_end = end
+                taken.record_end = end
+        return taken
 
     def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         """A message handed out before; None once the store no longer holds it. Not bound by the

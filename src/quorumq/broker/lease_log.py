@@ -24,7 +24,7 @@ from quorumq.clock import Clock
 from quorumq.core import fifo
 from quorumq.core.fifo import FifoQueue, QueueKey
 from quorumq.errors import Error, QuorumqError, write_error
-from quorumq.store import GetStatus, MessageIn, Store, write_atomically
+from quorumq.store import AppendResult, GetStatus, MessageIn, Store, UnindexedAppend, write_atomically
 
 log = logging.getLogger("quorumq.broker")
 
@@ -49,20 +49,29 @@ class LeaseLog:
     def change(self, key: QueueKey, queue: FifoQueue, now_ms: int) -> int:
         """Append the record of `key`'s new state `queue` (decided at `now_ms`, the monotonic clock),
         then adopt it; returns the commit-log end of the record, what copies must hold for the
-        change to survive a failover. Raises, changing nothing, on a broker that is not a master."""
+        change to survive a failover. Raises, changing nothing, on a broker that is not a master or
+        when the store fails the append; a record the log took but could not index yet (a full
+        disk) is adopted, as every replica will apply it, and raises too."""
         self._check_role()
-        # A master applied every record as it opened or took the role, and appends only its own.
-        assert self.cursor == self._store.queue_max_offset(LEASE_TOPIC, 0), self.cursor
         body = fifo.encode_record(key, queue, now_ms)
-        appended = self._store.append([MessageIn(topic=LEASE_TOPIC, queue_id=0, body=body, properties={},
-                                                 born_timestamp_ms=self._clock.now_ms(),
-                                                 born_host=self._store_host)])
+        try:
+            appended = self._store.append([MessageIn(topic=LEASE_TOPIC, queue_id=0, body=body, properties={},
+                                                     born_timestamp_ms=self._clock.now_ms(),
+                                                     born_host=self._store_host)])
+        except UnindexedAppend as unindexed:
+            self._adopt(key, queue, unindexed.appended)
+            raise
+        self._adopt(key, queue, appended)
+        return appended.end_offset
+
+    def _adopt(self, key: QueueKey, queue: FifoQueue, appended: AppendResult) -> None:
         [(_, queue_offset)] = appended.offsets
+        # A master applied every record as it opened or took the role, and appends only its own.
+        assert queue_offset == self.cursor, (queue_offset, self.cursor)
         self.cursor = queue_offset + 1
         self.queues[key] = queue
         self._changed = True
         self._appended()
-        return appended.end_offset
 
     def catch_up(self) -> None:
         """Apply the lease topic's records from the cursor to the end of the log."""
