@@ -164,7 +164,8 @@ class Run:
     """A master's FIFO queue driven by random events, with what consumers hold as the truth to
     check it against. Records the master makes are applied by a slave as they come (same time)
     and kept with whether the master waited for their copies: a failover keeps every waited
-    record and any prefix of the rest."""
+    record and any prefix of the rest. An ack that leaves its batch going on makes no record, as
+    the broker's (broker/lease_log.py change_unrecorded): the queue's next record carries it."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -191,6 +192,19 @@ class Run:
         # The same state: an expired lease is expired whenever it expired.
         assert fifo.record_fields(KEY, self.slave[KEY], self.now) == fifo.record_fields(KEY, queue, self.now), \
             "the slave's state is the master's"
+
+    def acked(self, queue: FifoQueue) -> None:
+        """An ack (a consumer's, or a dead letter's removal): recorded only when it ends its batch.
+        Until the next record the slave holds every lease the master holds, and the acked ones
+        too: a failover delivers them once more, in order."""
+        if not queue.leases:
+            self.adopt(queue, waited=False)  # an ack's record is not waited for
+            return
+        self.queue = queue
+        slave = fifo.record_fields(KEY, self.slave[KEY], self.now)
+        master = fifo.record_fields(KEY, queue, self.now)
+        assert (slave["c"], slave["e"]) == (master["c"], master["e"]), "an ack that is not recorded ends no batch"
+        assert all(lease in slave["l"] for lease in master["l"]), "the slave holds every lease the master holds"
 
     def hand_out(self, queue: FifoQueue, offsets: list[int]) -> None:
         """The checks on what a receive answers, against what consumers hold."""
@@ -239,7 +253,7 @@ class Run:
             token, _ = self.held.pop(offset)
             acked = fifo.ack(self.queue, offset, token)
             if acked is not None:
-                self.adopt(acked, waited=False)  # an ack's record is not waited for
+                self.acked(acked)
                 self.done.add(offset)
 
     def consumer_nacks(self) -> None:
@@ -260,7 +274,7 @@ class Run:
             removed = fifo.ack(self.queue, offset, token)
             if removed is not None:
                 assert self.queue.lease(offset).attempt == MAX_ATTEMPTS, "a dead letter before its last attempt"
-                self.adopt(removed, waited=False)
+                self.acked(removed)
                 self.dead_lettered.add(offset)
                 self.done.add(offset)
                 self.held.pop(offset, None)

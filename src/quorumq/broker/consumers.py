@@ -384,7 +384,10 @@ class ConsumerGroups:
             acked = fifo.ack(queue, offset, token)
             if acked is None:
                 raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
-            self.lease_log.change(key, acked, self.clock.monotonic_ms())  # not waited for: see lease_log
+            if acked.leases:  # the batch goes on: the queue's next record carries the ack (lease_log)
+                self.lease_log.change_unrecorded(key, acked)
+            else:
+                self.lease_log.change(key, acked, self.clock.monotonic_ms())  # not waited for: see lease_log
             return not acked.leases
         leases = self._leases.get(key)
         if leases is None or not leases.ack(offset, token):

@@ -1,13 +1,15 @@
 """The FIFO lease state of a broker, replicated through its commit log (core/fifo.py decides it).
 
 Every change of a FIFO (group, topic, queue)'s state is a record in the system topic
-`rmq_sys_FIFO_LEASE` (one queue, no config: not in routes or topic lists, refused to sends),
-whose body is the queue's complete new state. A master appends the record and adopts the state
-in the same event-loop step as its decision (`change`), so no other request sees the one without
-the other; every broker applies the topic in queue order (`catch_up`): a slave after each copy it
-appends and acks, a broker as it opens (from `fifoLeases.json`, written with the consumer offsets) and as
-it becomes master. Applying a record replaces its queue's state; leases expire at the applier's
-now plus what they had left, later than on the master that granted them (the safe side).
+`rmq_sys_FIFO_LEASE` (one queue, no config: not in routes or topic lists, refused to sends), whose
+body is the queue's complete new state; an ack that leaves its batch going on is the one exception
+(`change_unrecorded`), carried by the queue's next record. A master appends the record and adopts
+the state in the same event-loop step as its decision (`change`), so no other request sees the one
+without the other; every broker applies the topic in queue order (`catch_up`): a slave after each
+copy it appends and acks, a broker as it opens (from `fifoLeases.json`, written with the consumer
+offsets) and as it becomes master. Applying a record replaces its queue's state; leases expire at
+the applier's now plus what they had left, later than on the master that granted them (the safe
+side).
 
 A cut of the log (a slave's truncation, a torn tail at recovery) does not roll the state back:
 an extra lease only delays its message until it expires, an extra ack was a consumer's ack whose
@@ -72,6 +74,16 @@ class LeaseLog:
         self.queues[key] = queue
         self._changed = True
         self._appended()
+
+    def change_unrecorded(self, key: QueueKey, queue: FifoQueue) -> None:
+        """Adopt `key`'s new state `queue` without a record: an ack that leaves its batch going on
+        (an ack's record is not waited for anyway). The queue's next record, a complete state
+        (the batch done, a nack, a receive), carries it; until then a slave holds the acked lease
+        too, and a failover delivers that message once more, still in order. Raises on a broker
+        that is not a master."""
+        self._check_role()
+        self.queues[key] = queue
+        self._changed = True
 
     def catch_up(self) -> None:
         """Apply the lease topic's records from the cursor to the end of the log."""
