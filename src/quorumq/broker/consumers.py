@@ -15,6 +15,7 @@ its lease expires: the receive that finds it copies it to the group's DLQ topic
 (broker/dead_letters.py) instead of delivering it.
 """
 
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from quorumq.core.leases import QueueLeases, spent
 from quorumq.core.subscription import SubscriptionGroup, group_data, group_from_data
 from quorumq.errors import Error, QuorumqError
 from quorumq.store import ConsumerOffsets, GetResult, GetStatus, KeyedLog, Store, StoredMessage, tag_hash
+
+log = logging.getLogger("quorumq.broker")
 
 GROUPS_FILE_NAME = "consumerGroups.log"  # group -> first contact (ms)
 LEGACY_GROUPS_FILE_NAME = "consumerGroups.json"  # the whole-file form of earlier versions, taken into the log
@@ -271,12 +274,14 @@ class ConsumerGroups:
                 continue
             try:
                 taken = self._pop_in_order(key, tags, room, invisible_ms, group.max_attempts, now)
-            except QuorumqError:
-                # The queue's record was not appended (a store that fails): what the earlier
-                # queues' records hand out goes out, this queue and the rest wait.
-                if popped.deliveries or popped.dead_letters:
-                    break
-                raise
+            except QuorumqError as error:
+                # The queue's record was not appended (the store failed, or this broker is no
+                # longer the master): what the earlier queues' records hand out goes out, this
+                # queue and the rest wait. The receive fails only when it took nothing.
+                if not (popped.deliveries or popped.dead_letters):
+                    raise
+                log.warning("group %s: a receive of %s stops before queue %d: %s", group.name, topic, queue_id, error)
+                break
             popped.deliveries += taken.deliveries
             popped.dead_letters += taken.dead_letters
             if taken.record_end is not None:

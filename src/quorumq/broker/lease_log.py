@@ -26,7 +26,7 @@ from quorumq.clock import Clock
 from quorumq.core import fifo
 from quorumq.core.fifo import FifoQueue, QueueKey
 from quorumq.errors import Error, QuorumqError, write_error
-from quorumq.store import AppendResult, GetStatus, MessageIn, Store, UnindexedAppend, write_atomically
+from quorumq.store import GetStatus, MessageIn, Store, UnindexedAppend, write_atomically
 
 log = logging.getLogger("quorumq.broker")
 
@@ -52,8 +52,9 @@ class LeaseLog:
         """Append the record of `key`'s new state `queue` (decided at `now_ms`, the monotonic clock),
         then adopt it; returns the commit-log end of the record, what copies must hold for the
         change to survive a failover. Raises, changing nothing, on a broker that is not a master or
-        when the store fails the append; a record the log took but could not index yet (a full
-        disk) is adopted, as every replica will apply it, and raises too."""
+        when the store fails the append. A record the log took but could not index yet (a full disk,
+        UnindexedAppend) is stored all the same and every replica applies it: it is a change like
+        any other (logged), so its caller hands out, acks or waits for its copies as usual."""
         self._check_role()
         body = fifo.encode_record(key, queue, now_ms)
         try:
@@ -61,12 +62,8 @@ class LeaseLog:
                                                      born_timestamp_ms=self._clock.now_ms(),
                                                      born_host=self._store_host)])
         except UnindexedAppend as unindexed:
-            self._adopt(key, queue, unindexed.appended)
-            raise
-        self._adopt(key, queue, appended)
-        return appended.end_offset
-
-    def _adopt(self, key: QueueKey, queue: FifoQueue, appended: AppendResult) -> None:
+            log.warning("FIFO lease record of %s/%s/%d stored but not indexed yet: %s", *key, unindexed)
+            appended = unindexed.appended
         [(_, queue_offset)] = appended.offsets
         # A master applied every record as it opened or took the role, and appends only its own.
         assert queue_offset == self.cursor, (queue_offset, self.cursor)
@@ -74,6 +71,7 @@ class LeaseLog:
         self.queues[key] = queue
         self._changed = True
         self._appended()
+        return appended.end_offset
 
     def change_unrecorded(self, key: QueueKey, queue: FifoQueue) -> None:
         """Adopt `key`'s new state `queue` without a record: an ack that leaves its batch going on
