@@ -1,15 +1,17 @@
 """A full disk: writes are refused with DISK_FULL instead of filling it, nothing stored is lost,
 and writes resume once retention has made space again. The broker's data lives on a small tmpfs."""
 
+import time
 import uuid
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import LocalCluster, check_for, cli, pid_alive, process_of
+from harness import LocalCluster, check_for, cli, pid_alive, process_of, v5_message
 
 BODY = b"d" * (128 * 1024)
 
@@ -84,9 +86,11 @@ def test_full_disk_refuses_writes_then_resumes(small_disk, refusal):
 
 def test_a_send_refused_for_a_full_disk_creates_no_topic(start_cluster):
     """Admission comes before auto-creation: a send to a new topic that the disk check refuses
-    leaves no topic behind (autoCreateTopicEnable is on). A FIFO group's receive, which writes a
-    lease record, is refused as a send is."""
-    info = start_cluster(sets={"cleanResourceInterval": "100"})
+    leaves no topic behind (autoCreateTopicEnable is on). A FIFO group's receive and forward to
+    the DLQ, which write lease records, are refused as a send is: the forwarded message comes back
+    when its consumer's lease ends, not held for the dead-letter writer."""
+    hold_s = 30  # a forward's hold, twice syncFlushTimeout
+    info = start_cluster(sets={"cleanResourceInterval": "100", "syncFlushTimeout": str(hold_s * 500)})
     broker = process_of(info, "broker")
     stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
 
@@ -94,18 +98,36 @@ def test_a_send_refused_for_a_full_disk_creates_no_topic(start_cluster):
         result = cli("admin", *args, "-n", info["access_point"])
         assert result.returncode == 0, result.stderr
 
+    def receive() -> list[v5s.ReceiveMessageResponse]:
+        return list(stub.ReceiveMessage(v5s.ReceiveMessageRequest(
+            group=v5.Resource(name="FifoReaders"),
+            message_queue=v5.MessageQueue(topic=v5.Resource(name="Fifo"), id=-1), batch_size=1,
+            invisible_duration=Duration(seconds=1)), timeout=10))
+
     admin("updateTopic", "-c", "DefaultCluster", "-t", "Fifo", "-a", "+message.type=FIFO")
     admin("updateSubGroup", "-c", "DefaultCluster", "-g", "FifoReaders", "-o", "true")
+    message = v5_message("Fifo", b"f")
+    message.system_properties.message_group, message.system_properties.message_type = "g", v5.MessageType.FIFO
+    assert stub.SendMessage(v5s.SendMessageRequest(messages=[message]), timeout=10).status.code == v5.Code.OK
+    _, held, _ = receive()
     admin("updateBrokerConfig", "-k", "diskSpaceWarningLevelRatio", "-v", "0.0001")  # any disk is fuller
     check_for(10, 0.05, lambda: send(stub, "Probe").status.code != v5.Code.OK, "writes refused")
     refused = send(stub, "Refused").status
     assert "DISK_FULL" in refused.message
-    [received] = stub.ReceiveMessage(v5s.ReceiveMessageRequest(
-        group=v5.Resource(name="FifoReaders"), message_queue=v5.MessageQueue(topic=v5.Resource(name="Fifo"), id=-1),
-        batch_size=1), timeout=10)
+    forwarded = time.monotonic()
+    forward = stub.ForwardMessageToDeadLetterQueue(v5s.ForwardMessageToDeadLetterQueueRequest(
+        group=v5.Resource(name="FifoReaders"), topic=v5.Resource(name="Fifo"),
+        receipt_handle=held.message.system_properties.receipt_handle,
+        message_id=held.message.system_properties.message_id), timeout=10)
+    assert "DISK_FULL" in forward.status.message, forward.status
+    [received] = receive()
     assert "DISK_FULL" in received.status.message, received.status
     admin("updateBrokerConfig", "-k", "diskSpaceWarningLevelRatio", "-v", "0.99")
     check_for(10, 0.05, lambda: send(stub, "Accepted").status.code == v5.Code.OK, "writes resumed")
+    _, again, _ = check_for(hold_s - (time.monotonic() - forwarded) - 5, 0.2,
+                            lambda: (answer := receive())[0].status.code == v5.Code.OK and answer,
+                            "the forwarded message back once its consumer's lease ended")
+    assert again.message.system_properties.delivery_attempt == 2
 
     def topics() -> list[str]:
         result = cli("admin", "topicList", "-n", info["access_point"])

@@ -292,6 +292,18 @@ def test_a_forwarded_message_is_held_while_its_copy_is_written(tmp_path, orderly
     assert broker.groups.committed("G", TOPIC, 0) == 1
 
 
+def test_a_forward_of_a_message_no_longer_stored_records_no_hold(tmp_path):
+    broker = Broker(tmp_path)
+    broker.send(1)
+    [delivery] = broker.pop().deliveries
+    records = broker.store.queue_max_offset(LEASE_TOPIC, 0)
+    broker.store.delete_topic(TOPIC)  # the store no longer holds the message, as after retention
+    with pytest.raises(QuorumqError) as refused:
+        broker.dead_letter(delivery.receipt_handle)
+    assert refused.value.error is Error.INVALID_RECEIPT_HANDLE
+    assert broker.store.queue_max_offset(LEASE_TOPIC, 0) == records, "no hold recorded for a failed forward"
+
+
 def test_a_write_of_the_positions_alone_leaves_the_fifo_states_to_the_periodic_one(tmp_path):
     broker = Broker(tmp_path)
     broker.send(1)

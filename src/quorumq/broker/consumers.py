@@ -413,12 +413,13 @@ class ConsumerGroups:
         """The message a valid `handle` holds, as a dead letter (ForwardMessageToDeadLetterQueue),
         held for the dead-letter writer as a receive holds one, so that its lease cannot end while
         its copy is written; under the same handle, which the client's retry of a forward that
-        failed still holds."""
+        failed still holds. A message no longer stored is refused before its hold is recorded."""
         queue_id, offset, token = decode_handle(handle)
-        attempt, _ = self._relet((group, topic, queue_id), offset, token, token, self._dead_letter_hold_ms(), in_order)
         message = self._read_one(topic, queue_id, offset)
         if message is None:
-            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, STALE_HANDLE)
+            raise QuorumqError(Error.INVALID_RECEIPT_HANDLE, f"the message at {topic}/{queue_id}/{offset} is no "
+                                                             "longer stored")
+        attempt, _ = self._relet((group, topic, queue_id), offset, token, token, self._dead_letter_hold_ms(), in_order)
         return DeadLetter(message, handle, attempt)
 
     def _relet(self, key: QueueKey, offset: int, token: int, new_token: int, invisible_ms: int,

@@ -403,11 +403,13 @@ class MessagingService(UnservedMessagingService):
         group = group_name(request.group)
         topic = topic_name(request.topic)
         consumers = self.broker.consumers
-        letter = consumers.dead_letter(group, topic, request.receipt_handle,
-                                       consumers.in_order(consumers.group(group), topic))
-        for _, error in await self.broker.dead_letters.write(group, topic, [letter],
-                                                              answer_by(context, self.broker.clock)):
-            raise error
+        in_order = consumers.in_order(consumers.group(group), topic)
+        if in_order:  # the hold is a lease record, admitted as a send (the copy's wait then holds it too)
+            self.broker.sends.admit_record()
+        letter = consumers.dead_letter(group, topic, request.receipt_handle, in_order)
+        failed = await self.broker.dead_letters.write(group, topic, [letter], answer_by(context, self.broker.clock))
+        if failed:
+            raise failed[0][1]
         return v5s.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # Offset-addressed reads.
