@@ -307,13 +307,9 @@ class MessagingService(UnservedMessagingService):
                 popped = consumers.pop(settings, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
                                        int(invisible_s * 1000), in_order)
                 answers, too_large = self._answers(group, topic, popped.deliveries, limit)
-                # Dead letters are written before the answer, while the lease records' copies are
-                # awaited: a FIFO queue hands nothing out ahead of one not yet in its DLQ topic.
                 letters = popped.dead_letters + too_large
-                by = answer_by(context, self.broker.clock)
-                record = (asyncio.sleep(0) if popped.record_end is None
-                          else self.broker.sends.await_record(popped.record_end, need_ack, by))
-                failed, _ = await asyncio.gather(self.broker.dead_letters.write(group, topic, letters, by), record)
+                failed = await self._finish_pop(group, topic, letters, popped.record_end, need_ack,
+                                            answer_by(context, self.broker.clock))
                 delivered = [delivery for delivery in popped.deliveries if delivery.receipt_handle in answers]
                 if failed and in_order:
                     delivered = ahead_of([letter for letter, _ in failed], delivered)
@@ -326,6 +322,26 @@ class MessagingService(UnservedMessagingService):
             if left <= 0:
                 return []
             await self.broker.arrivals.wait(topic, min(left, LEASE_RECHECK_S))
+
+    async def _finish_pop(self, group: str, topic: str, letters: list[DeadLetter], record_end: int | None,
+                      need_ack: int, by: float | None) -> list[tuple[DeadLetter, QuorumqError]]:
+        """What a receive does before it answers: write its dead letters (a FIFO queue hands
+        nothing out ahead of one not yet in its DLQ topic) while its lease records' copies are
+        awaited. Both end before the answer, also when one fails; the letters that failed."""
+        write = self.broker.dead_letters.write(group, topic, letters, by) if letters else None
+        record = None if record_end is None else self.broker.sends.await_record(record_end, need_ack, by)
+        if write is None:
+            if record is not None:
+                await record
+            return []
+        if record is None:
+            return await write
+        failed, recorded = await asyncio.gather(write, record, return_exceptions=True)
+        if isinstance(recorded, BaseException):
+            raise recorded
+        if isinstance(failed, BaseException):
+            raise failed
+        return failed
 
     def _answers(self, group: str, topic: str, deliveries: list[Delivery],
                  limit: int | None) -> tuple[dict[str, v5.Message], list[DeadLetter]]:
