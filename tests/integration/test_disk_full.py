@@ -180,3 +180,35 @@ def test_a_resend_of_a_message_stored_but_not_indexed_is_answered_from_its_copy(
         assert pid_alive(broker["pid"])
     finally:
         cluster.stop()
+
+
+def test_a_forward_whose_copy_was_stored_but_not_indexed_is_copied_once(small_disk):
+    """A full disk can fail a forward's DLQ copy after it reached the commit log, as a send's
+    (above): the forward is answered DISK_FULL, and the client's retry with the same handle once
+    space is back is answered from that copy, not stored again."""
+    disk = small_disk("16m")
+    cluster, info = start(disk, diskSpaceWarningLevelRatio="1.0", diskSpaceCleanForciblyRatio="1.0")
+    try:
+        broker = process_of(info, "broker")
+        stub = v5_grpc.MessagingServiceStub(grpc.insecure_channel(broker["address"]))
+        for topic in ("Origin", "%DLQ%Forwarders"):  # configs only: a queue's index file comes with its first record
+            made = cli("admin", "updateTopic", "-n", info["access_point"], "-t", topic, "-c", info["cluster"])
+            assert made.returncode == 0, made.stderr
+        assert send(stub, "Origin").status.code == v5.Code.OK  # also allocates the commit log's segment
+        _, held, _ = stub.ReceiveMessage(v5s.ReceiveMessageRequest(
+            group=v5.Resource(name="Forwarders"),
+            message_queue=v5.MessageQueue(topic=v5.Resource(name="Origin"), id=-1), batch_size=1,
+            invisible_duration=Duration(seconds=60)), timeout=10)
+        request = v5s.ForwardMessageToDeadLetterQueueRequest(
+            group=v5.Resource(name="Forwarders"), topic=v5.Resource(name="Origin"),
+            receipt_handle=held.message.system_properties.receipt_handle,
+            message_id=held.message.system_properties.message_id)
+        fill(disk)
+        first = stub.ForwardMessageToDeadLetterQueue(request, timeout=10).status
+        assert first.code != v5.Code.OK and "DISK_FULL" in first.message, first
+        (disk / "filler").unlink()
+        check_for(30, 0.2, lambda: stub.ForwardMessageToDeadLetterQueue(request, timeout=10).status.code == v5.Code.OK,
+                  "the retried forward answered once space is back")
+        assert stored_count(stub, "%DLQ%Forwarders") == 1, "the retry stored a second copy"
+    finally:
+        cluster.stop()

@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Mapping
 
 from quorumq import limits
 from quorumq.core import codec
-from quorumq.core.properties import MESSAGE_ID
+from quorumq.core.codec import NAME_VALUE_SEPARATOR
+from quorumq.core.properties import DLQ_ORIGIN_TOPIC, MESSAGE_ID
 from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, needs_copies, plan_put
 from quorumq.core.recent_sends import RecentSends, StoredCopy
@@ -119,16 +120,16 @@ class SendPath:
         asks for, but not past `answer_by` (the clock's monotonic time: the client's deadline). A
         message whose id this master stored recently is a client's retry: it is not stored again,
         and it gets the first copy's outcome once that copy has its quorum. `dead_letters`: the
-        copies of dead letters (broker/dead_letters.py), which keep their messages' ids: each is
-        stored and its id not remembered as a send's, and their DLQ topic takes them
-        (Topics.writable_queue)."""
+        copies of dead letters (broker/dead_letters.py), which keep their messages' ids: they are
+        remembered apart from sends (`_recent_id`), so that a dead letter's retry is answered from
+        its first copy as well, and their DLQ topic takes them (Topics.writable_queue)."""
         results = [PutResult(None, error=item) if isinstance(item, QuorumqError) else None for item in messages]
         fresh: list[tuple[int, MessageIn]] = []
         retried: list[tuple[int, StoredCopy]] = []
         for index, message in enumerate(messages):
             if isinstance(message, QuorumqError):
                 continue
-            copy = None if dead_letters else self.recent_sends.get(message.properties.get(MESSAGE_ID, ""))
+            copy = self.recent_sends.get(_recent_id(message, dead_letters))
             if copy is not None:
                 retried.append((index, copy))
             else:
@@ -144,7 +145,7 @@ class SendPath:
 
                     def store_append() -> AppendResult:
                         return _noted(lambda: self._broker.store.append(batch),
-                                      None if dead_letters else partial(self._remember, batch))
+                                      partial(self._remember, batch, dead_letters))
 
                     status, appended, epoch = await self._append(
                         plan, len(batch), Counter(message.topic for message in batch), store_append, answer_by)
@@ -328,10 +329,10 @@ class SendPath:
 
     # Recent sends: a producer's resend is answered from the first copy.
 
-    def _remember(self, batch: list[MessageIn], appended: AppendResult) -> None:
+    def _remember(self, batch: list[MessageIn], dead_letters: bool, appended: AppendResult) -> None:
         """Note the ids of what was just stored, before any wait, so a retry during the wait finds them."""
         for message, (_, queue_offset) in zip(batch, appended.offsets):
-            self.recent_sends.add(message.properties.get(MESSAGE_ID, ""),
+            self.recent_sends.add(_recent_id(message, dead_letters),
                                   StoredCopy(message.queue_id, queue_offset, appended.end_offset))
 
     def forget_recent_sends(self) -> None:
@@ -355,18 +356,26 @@ class SendPath:
                  clock.monotonic() - started)
 
 
-def _noted(append: Callable[[], AppendResult], note: Callable[[AppendResult], None] | None) -> AppendResult:
+def _recent_id(message: MessageIn, dead_letter: bool) -> str:
+    """What a stored copy is remembered by (RecentSends): a send's message id. A dead letter's copy
+    keeps its message's id, so it goes by its DLQ topic and origin topic too, joined by a separator
+    no stored message id holds (codec.encode_properties refuses it): never taken for a send."""
+    message_id = message.properties.get(MESSAGE_ID, "")
+    if not (dead_letter and message_id):
+        return message_id
+    return NAME_VALUE_SEPARATOR.join((message.topic, message.properties.get(DLQ_ORIGIN_TOPIC, ""), message_id))
+
+
+def _noted(append: Callable[[], AppendResult], note: Callable[[AppendResult], None]) -> AppendResult:
     """`append()`, its result passed to `note` first; also when its records reached the log but their
     consume-queue entries could not be written (UnindexedAppend, a full disk): they are stored all
     the same, so a producer's resend must be answered from them, not stored again."""
     try:
         appended = append()
     except UnindexedAppend as unindexed:
-        if note is not None:
-            note(unindexed.appended)
+        note(unindexed.appended)
         raise
-    if note is not None:
-        note(appended)
+    note(appended)
     return appended
 
 
