@@ -18,6 +18,7 @@ from quorumq.client.errors import ClientError
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core import codec
+from test_receive_rules import broker_config
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +102,14 @@ async def test_the_producer_sends_records_that_read_back_in_order(small_message_
         (m.body, "t", tuple(m.keys), m.properties) for m in sent]
     assert [m.message_id for m in pulled] == [r.message_id for r in results]
     assert all(m.store_timestamp_ms >= m.born_timestamp_ms > 0 and m.store_host for m in pulled)
+
+
+def test_records_to_a_topic_that_may_not_be_made_are_refused_before_they_are_read(writer, small_message_cluster):
+    with broker_config(small_message_cluster, "autoCreateTopicEnable", "false", "true"):
+        with pytest.raises(grpc.RpcError) as failed:
+            writer.SendBatch(pb.SendBatchRequest(topic=new_topic(), queue_id=0, records=os.urandom(5000), count=2),
+                             timeout=10)
+    assert ClientError.from_rpc(failed.value).name == "TOPIC_NOT_FOUND"
 
 
 @pytest.mark.parametrize("case, status", [

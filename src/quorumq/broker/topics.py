@@ -3,15 +3,14 @@ auto-creation, the queues a send or a read may use (and the messages a topic's t
 changes slaves copy (broker/metadata.py carries them)."""
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from quorumq import limits
 from quorumq.core import codec, properties
 from quorumq.core.dead_letters import DLQ_QUEUES
 from quorumq.core.fifo import LEASE_TOPIC
-from quorumq.core.message_rules import check_message_group
-from quorumq.core.message_types import RecordRules, TopicMessageType, check_message_type, fifo_queue
+from quorumq.core.message_types import RecordRules, TopicMessageType, check_type_and_group, fifo_queue
 from quorumq.core.quorum import BrokerRole
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.errors import Error, QuorumqError
@@ -171,7 +170,7 @@ class Topics:
         when it is negative the topic's next queue round robin. Called after admission
         (broker/send_path.py): a send refused must not create its topic. A `dead_letter`'s copy
         goes to its group's DLQ topic, made for it if need be (`_config_to_send`)."""
-        config = self._config_to_send(topic, [message], dead_letter)
+        config = self._config_to_send(topic, lambda: (message,), dead_letter)
         group = message.get(properties.MESSAGE_GROUP)
         if group is not None:
             return fifo_queue(group, config.write_queue_nums)
@@ -188,19 +187,24 @@ class Topics:
         they name must be writable. The rules each record keeps (a type the topic takes, a FIFO
         record its group's queue) are checked by the store as it walks the records (the answer,
         for append_encoded), where it reads their properties anyway; a send that makes its topic
-        has them checked here first, as a topic is made only for messages it takes."""
+        has them checked here first, as a topic is made only for messages it takes: decoded only
+        then."""
         made = self.configs.get(topic) is None
-        config = self._config_to_send(topic, _records_properties(records, count) if made else (), dead_letter=False)
+        config = self._config_to_send(topic, lambda: _records_properties(records, count) if made else (),
+                                      dead_letter=False)
         if queue_id >= config.write_queue_nums:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
         return RecordRules(topic, config.message_type, queue_id, config.write_queue_nums)
 
-    def _config_to_send(self, topic: str, messages: Sequence[Mapping[str, str]], dead_letter: bool) -> TopicConfig:
-        """The config of a topic a send goes to, which takes the type of each message (their
-        properties): created when the config allows it (NORMAL, and only for messages it takes),
-        and writable here. A dead letter's copy (broker/dead_letters.py) makes its DLQ topic
-        whatever autoCreateTopicEnable says, as RocketMQ does, and goes there whatever its type
-        (a FIFO message's keeps its group); a client's send to a DLQ topic keeps every rule."""
+    def _config_to_send(self, topic: str, messages: Callable[[], Iterable[Mapping[str, str]]],
+                        dead_letter: bool) -> TopicConfig:
+        """The config of a topic a send goes to, which takes each of `messages()` (their
+        properties, asked for only when the topic exists or may be made): its group keeps the
+        group rules and the topic takes its type. Created when the config allows it (NORMAL, and
+        only for messages it takes), and writable here. A dead letter's copy
+        (broker/dead_letters.py) makes its DLQ topic whatever autoCreateTopicEnable says, as
+        RocketMQ does, and goes there whatever its type (a FIFO message's keeps its group); a
+        client's send to a DLQ topic keeps every rule."""
         _check_not_lease_topic(topic)
         config = self.configs.get(topic)
         if dead_letter:
@@ -208,8 +212,8 @@ class Topics:
         else:
             if config is not None or self.config["autoCreateTopicEnable"]:
                 kind = config.message_type if config is not None else TopicMessageType.NORMAL  # what auto-create makes
-                for message in messages:
-                    check_message_type(topic, kind, message)
+                for message in messages():
+                    check_type_and_group(topic, kind, message)
             config = self.topic_config(topic, create=True)
         if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
             raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
@@ -230,17 +234,12 @@ class Topics:
         await broker.metadata_sync.replicated(broker.metadata_sync.new_version(), "commit")
 
 
-def _records_properties(records: bytes, count: int) -> Sequence[Mapping[str, str]]:
-    """The properties of a producer's records, decoded; a record's group keeps the rules a v5
-    send's does (core/message_rules.py)."""
+def _records_properties(records: bytes, count: int) -> list[dict[str, str]]:
+    """The properties of a producer's records, decoded."""
     try:
-        messages = codec.records_properties(records, count)
+        return codec.records_properties(records, count)
     except ValueError as exc:
         raise QuorumqError(Error.RECORD_CORRUPTED, f"the records do not parse: {exc}") from None
-    for message in messages:
-        if properties.MESSAGE_GROUP in message:
-            check_message_group(message[properties.MESSAGE_GROUP])
-    return messages
 
 
 def _check_not_lease_topic(topic: str) -> None:
