@@ -278,7 +278,11 @@ class SendPath:
         broker = self._broker
         self.pending_messages += count
         try:
-            appended = store_append()
+            try:
+                appended = store_append()
+            except UnindexedAppend:
+                self._wake(topics)  # in the log all the same: the slaves copy them
+                raise
             epoch = broker.master_epoch
             broker.stats["msgPutTotal"] += count
             if broker.metrics is not None:
@@ -286,9 +290,7 @@ class SendPath:
             # Stored messages are readable at once, as RocketMQ dispatches them before any wait
             # (with a read bound, once the members hold them: readable_end); a send cancelled
             # during its wait must not leave long polls asleep.
-            broker.replication.notify_appended()
-            for topic in topics:
-                broker.arrivals.notify(topic)
+            self._wake(topics)
             status = await self._await_copies(appended.end_offset, plan.need_ack, topics, answer_by)
             if broker.readable_end() is not None:  # readable only now that the members hold them
                 for topic in topics:
@@ -296,6 +298,12 @@ class SendPath:
         finally:
             self.pending_messages -= count
         return status, appended, epoch
+
+    def _wake(self, topics: Iterable[str]) -> None:
+        """Records were appended: wake the slaves' senders and the long polls of `topics`."""
+        self._broker.replication.notify_appended()
+        for topic in topics:
+            self._broker.arrivals.notify(topic)
 
     async def _await_copies(self, end_offset: int, need_ack: int, topics: Iterable[str],
                             answer_by: float | None) -> PutStatus:
