@@ -53,16 +53,17 @@ class DeadLetters:
             try:
                 if broker.consumers.ack(group, topic, letter.receipt_handle):
                     broker.arrivals.notify(topic)  # a FIFO queue's batch is done: it hands out again
-            except QuorumqError as exc:  # its lease moved on meanwhile (expired, handed out again)
-                log.warning("group %s: the lease of dead letter %s/%d/%d ended before its copy was stored: %s",
-                            group, topic, stored.queue_id, stored.queue_offset, exc)
+            except QuorumqError as exc:  # its lease moved on meanwhile, or this broker is no longer the master
+                log.warning("group %s: dead letter %s/%d/%d stored in %s, but its lease not dropped: %s",
+                            group, topic, stored.queue_id, stored.queue_offset, dlq, exc)
         return failed
 
 
 def ahead_of(failed: list[DeadLetter], deliveries: list[Delivery]) -> list[Delivery]:
     """The `deliveries` that lie behind no `failed` letter in its queue: a FIFO queue hands out
     nothing behind a message that is neither acked nor in its DLQ topic. Those held back stay
-    leased until their invisible time ends, then come back behind it."""
+    leased until their invisible time ends, then come back behind it, their attempt counted
+    (docs/messaging.md, Retries and dead letters)."""
     first_failed: dict[int, int] = {}
     for letter in failed:
         queue_id, offset = letter.message.queue_id, letter.message.queue_offset
