@@ -177,7 +177,11 @@ class LimitedServer:
 
     async def start(self) -> None:
         self._limited.start(self.port)
-        await self._server.start()
+        try:
+            await self._server.start()
+        except BaseException:  # no server to stop: nothing else would end the closing
+            await self._limited.stop()
+            raise
 
     async def stop(self, grace: float | None) -> None:
         try:

@@ -131,10 +131,12 @@ def test_the_connections_of_several_peers_are_shut_down_in_one_call():
                 sock.close()
 
 
-async def test_unread_connections_are_looked_for_from_the_servers_start_to_its_stop():
-    def closers() -> list[asyncio.Task]:
-        return [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_close_unread"]
+def closers() -> list[asyncio.Task]:
+    """The tasks that close connections whose answers stay unread."""
+    return [task for task in asyncio.all_tasks() if task.get_coro().__name__ == "_close_unread"]
 
+
+async def test_unread_connections_are_looked_for_from_the_servers_start_to_its_stop():
     server = grpc_server("127.0.0.1:0", config=Config(Kind.BROKER, {}), clock=Clock())
     assert server.port > 0, "the port the server listens on, not the 0 it was given"
     await server.start()
@@ -143,6 +145,21 @@ async def test_unread_connections_are_looked_for_from_the_servers_start_to_its_s
     finally:
         await server.stop(None)
     assert not closers()
+
+
+async def test_a_server_that_fails_to_start_leaves_nothing_looking_for_unread_connections(monkeypatch):
+    server = grpc_server("127.0.0.1:0", config=Config(Kind.BROKER, {}), clock=Clock())
+
+    async def fails() -> None:
+        raise RuntimeError("the server did not start")
+
+    monkeypatch.setattr(server._server, "start", fails)
+    try:
+        with pytest.raises(RuntimeError):
+            await server.start()
+        assert not closers()
+    finally:
+        await server.stop(None)
 
 
 def test_many_addresses_are_forgotten_once_idle():
