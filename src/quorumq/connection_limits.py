@@ -242,17 +242,17 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
     async def _start(self, context) -> str:
         """Count the call; it starts once its connection has room for answers (back-pressure)."""
         peer, now_ms = context.peer(), self._monotonic_ms()
-        address = client_address(peer)
-        started = self.peers.call_started(peer, now_ms)
-        if not started and self.peers.may_look_up(address, now_ms):  # at the cap: count only open connections
-            self.peers.forget_closed(address, open_connections(self._port), now_ms)
-            started = self.peers.call_started(peer, now_ms)
-        if not started:
-            log.warning("%s: refused a call, its address has %d connections already", peer,
-                        self.peers.per_address_max)
-            await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, f"{address} has "
-                                              f"{self.peers.per_address_max} connections with calls already "
-                                              "(grpcMaxConnectionsPerAddress); reuse one"))
+        if not self.peers.call_started(peer, now_ms):  # at the cap: count only open connections
+            address = client_address(peer)
+            looked_up = self.peers.may_look_up(address, now_ms)
+            if looked_up:
+                self.peers.forget_closed(address, open_connections(self._port), now_ms)
+            if not (looked_up and self.peers.call_started(peer, now_ms)):
+                log.warning("%s: refused a call, its address has %d connections already", peer,
+                            self.peers.per_address_max)
+                await abort(context, QuorumqError(Error.TOO_MANY_REQUESTS, f"{address} has "
+                                                  f"{self.peers.per_address_max} connections with calls already "
+                                                  "(grpcMaxConnectionsPerAddress); reuse one"))
         context.add_done_callback(lambda _: self._ended(peer))
         await self._room(peer, lambda: self.peers.has_room(peer), context)
         return peer
