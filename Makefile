@@ -81,11 +81,12 @@ bench: setup
 
 # BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
 # worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
-# The tree is removed when the recipe line that checked it out ends, however the bench on it ends.
+# The tree is removed when the recipe line that checked it out ends, however the bench on it ends (make's
+# /bin/sh may be dash, which runs no EXIT trap when a signal ends it: INT and TERM exit, which runs it).
 BEFORE ?=
 BEFORE_TREE = bench/work/before
 with-before-tree = rm -rf $(BEFORE_TREE) && git worktree add --force --detach $(BEFORE_TREE) $(1) >/dev/null && \
-	trap 'git worktree remove --force $(BEFORE_TREE)' EXIT &&
+	trap 'git worktree remove --force $(BEFORE_TREE)' EXIT && trap 'exit 130' INT TERM &&
 BEFORE_AND_AFTER = --code before=$(BEFORE_TREE)/src --code after=src
 
 # Replica groups against NATS JetStream R3, and a slave's SIGKILL (about 7 minutes).
