@@ -46,9 +46,7 @@ class Broker:
                                      born_timestamp_ms=0, born_host="h") for index in range(count)])
 
     def pop(self, batch: int = 3, invisible_ms: int = 100, queue_ids=(0,)):
-        group = self.groups.group("G")
-        return self.groups.pop(group, TOPIC, list(queue_ids), None, batch, invisible_ms,
-                               self.groups.in_order(group, TOPIC))
+        return self.groups.pop("G", TOPIC, list(queue_ids), None, batch, invisible_ms, self.in_order)
 
     def change_invisible(self, handle: str, invisible_ms: int) -> tuple[str, int | None]:
         return self.groups.change_invisible("G", TOPIC, handle, invisible_ms, self.in_order)

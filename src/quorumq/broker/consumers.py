@@ -257,30 +257,31 @@ class ConsumerGroups:
         waits (slaveTimeout, syncFlushTimeout), so that no other receive writes it again."""
         return 2 * max(self.config["slaveTimeout"], self.config["syncFlushTimeout"])
 
-    def pop(self, group: SubscriptionGroup, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
+    def pop(self, group: str, topic: str, queue_ids: list[int], tags: frozenset[str] | None,
             batch: int, invisible_ms: int, in_order: bool) -> Popped:
         """Lease up to `batch` messages, queue by queue: expired leases first (those that had the
         group's max_attempts deliveries become dead letters), then new messages. In order (see
         `in_order`), the queues go by core/fifo.py, each change a lease record appended here."""
         now = self.clock.monotonic_ms()  # leases live in memory only: a wall-clock jump must not expire them
+        max_attempts = self.group(group).max_attempts
         popped = Popped([], [])
         for queue_id in queue_ids:
             room = batch - len(popped.deliveries)
             if room <= 0:
                 break
-            key = (group.name, topic, queue_id)
+            key = (group, topic, queue_id)
             if not in_order:
-                self._pop_queue(key, tags, room, invisible_ms, group.max_attempts, now, popped)
+                self._pop_queue(key, tags, room, invisible_ms, max_attempts, now, popped)
                 continue
             try:
-                taken = self._pop_in_order(key, tags, room, invisible_ms, group.max_attempts, now)
+                taken = self._pop_in_order(key, tags, room, invisible_ms, max_attempts, now)
             except QuorumqError as error:
                 # The queue's record was not appended (the store failed, or this broker is no
                 # longer the master): what the earlier queues' records hand out goes out, this
                 # queue and the rest wait. The receive fails only when it took nothing.
                 if not (popped.deliveries or popped.dead_letters):
                     raise
-                log.warning("group %s: a receive of %s stops before queue %d: %s", group.name, topic, queue_id, error)
+                log.warning("group %s: a receive of %s stops before queue %d: %s", group, topic, queue_id, error)
                 break
             popped.deliveries += taken.deliveries
             popped.dead_letters += taken.dead_letters

@@ -304,12 +304,12 @@ class MessagingService(UnservedMessagingService):
                 # A FIFO group's receive is a lease record, admitted and waited for as a send.
                 in_order = consumers.in_order(settings, topic)
                 need_ack = self.broker.sends.admit_record() if in_order else 0
-                popped = consumers.pop(settings, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
+                popped = consumers.pop(group, topic, queue_ids[turn:] + queue_ids[:turn], tags, batch,
                                        int(invisible_s * 1000), in_order)
                 answers, too_large = self._answers(group, topic, popped.deliveries, limit)
                 letters = popped.dead_letters + too_large
                 failed = await self._finish_pop(group, topic, letters, popped.record_end, need_ack,
-                                            answer_by(context, self.broker.clock))
+                                                answer_by(context, self.broker.clock))
                 delivered = [delivery for delivery in popped.deliveries if delivery.receipt_handle in answers]
                 if failed and in_order:
                     delivered = ahead_of([letter for letter, _ in failed], delivered)
