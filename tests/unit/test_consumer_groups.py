@@ -205,6 +205,22 @@ def test_a_cut_of_the_log_keeps_the_state_and_applies_the_records_that_take_its_
     assert slave.lease_log.queues == new_master.lease_log.queues
 
 
+def test_a_crash_after_a_restart_that_found_a_torn_tail_applies_the_records_since(tmp_path):
+    """A torn tail can end the log below what fifoLeases.json covers; the records appended after
+    that restart lie there too, and a crash before the next periodic write must not skip them."""
+    broker = Broker(tmp_path)
+    broker.send(2)
+    first = broker.pop(batch=1)
+    torn = broker.store.max_offset
+    broker.groups.ack("G", TOPIC, first.deliveries[0].receipt_handle)  # a record, not waited for
+    broker.groups.persist()
+    broker.store.truncate(torn)  # the crash lost the ack's record, not the file
+    restarted = Broker(tmp_path, store=broker.store, clock=broker.clock)
+    [second] = restarted.pop(batch=1).deliveries  # its record where the lost one was, not waited for by a file
+    crashed = Broker(tmp_path, store=broker.store, clock=broker.clock)
+    assert held(crashed) == {second.message.queue_offset}, "the lease handed out after the restart"
+
+
 def test_a_reset_of_a_fifo_queue_is_a_lease_record(tmp_path):
     broker = Broker(tmp_path)
     broker.send(3)

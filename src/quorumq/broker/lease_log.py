@@ -105,10 +105,19 @@ class LeaseLog:
             self._changed = True
 
     def log_cut(self) -> None:
-        """The log was cut (a slave aligning with its master): the records past its new end are
-        gone, the state they made stays (see the module's doc), and the records that take their
-        place are applied from there."""
-        self.cursor = min(self.cursor, self._store.queue_max_offset(LEASE_TOPIC, 0))
+        """The log was cut (a slave aligning with its master, a torn tail at recovery): the records
+        past its new end are gone, the state they made stays (see the module's doc), and the
+        records that take their place are applied from there. The file is written at once (a
+        failure logged, for the next persist to retry): one that covers the cut records would have
+        a restart skip those that take their place."""
+        end = self._store.queue_max_offset(LEASE_TOPIC, 0)
+        if end >= self.cursor:
+            return
+        self.cursor, self._changed = end, True
+        try:
+            self.persist()
+        except QuorumqError as error:
+            log.error("FIFO leases not written after a cut of the log; the next persist tries again: %s", error)
 
     def forget(self, key: QueueKey) -> FifoQueue | None:
         """Drop a queue's state here only, as its group no longer receives it in order; its last
