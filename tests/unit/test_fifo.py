@@ -163,9 +163,11 @@ HOLD_MS = 40
 class Run:
     """A master's FIFO queue driven by random events, with what consumers hold as the truth to
     check it against. Records the master makes are applied by a slave as they come (same time)
-    and kept with whether the master waited for their copies: a failover keeps every waited
-    record and any prefix of the rest. An ack that leaves its batch going on makes no record, as
-    the broker's (broker/lease_log.py change_unrecorded): the queue's next record carries it."""
+    and kept with whether the master waited for their copies (or its flush): a failover or a
+    crash keeps every waited record and any prefix of the rest. An ack that leaves its batch
+    going on makes no record, as the broker's (broker/lease_log.py change_unrecorded): the
+    queue's next record carries it. The master writes its state now and then, as fifoLeases.json
+    (LeaseLog.persist), and a restart applies that, then the records it does not cover."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -179,6 +181,8 @@ class Run:
         self.dead_lettered: set[int] = set()
         self.writing: list[tuple[int, int]] = []  # dead letters being written: offset, token
         self.gone = 0  # offsets below this are no longer stored
+        self.file = (fifo.record_fields(KEY, self.queue, 0), 0)  # fifoLeases.json: the state, records covered
+        self.changed = False  # since the file was written
 
     def token(self) -> int:
         return self.rng.getrandbits(63)
@@ -189,6 +193,7 @@ class Run:
         key, applied = fifo.decode_record(body, self.now)
         self.slave[key] = applied
         self.queue = queue
+        self.changed = True
         # The same state: an expired lease is expired whenever it expired.
         assert fifo.record_fields(KEY, self.slave[KEY], self.now) == fifo.record_fields(KEY, queue, self.now), \
             "the slave's state is the master's"
@@ -201,6 +206,7 @@ class Run:
             self.adopt(queue, waited=False)  # an ack's record is not waited for
             return
         self.queue = queue
+        self.changed = True
         slave = fifo.record_fields(KEY, self.slave[KEY], self.now)
         master = fifo.record_fields(KEY, queue, self.now)
         assert (slave["c"], slave["e"]) == (master["c"], master["e"]), "an ack that is not recorded ends no batch"
@@ -279,25 +285,53 @@ class Run:
                 self.done.add(offset)
                 self.held.pop(offset, None)
 
-    def failover(self) -> None:
-        """A slave becomes master: it applied every waited record and any prefix of the rest, each
-        some time after the master made it; the log after that prefix is lost."""
+    def cut(self) -> None:
+        """What survives a failover or a crash: every waited record and any prefix of the rest."""
         last_waited = max((index for index, (_, _, waited) in enumerate(self.records) if waited), default=-1)
-        cut = self.rng.randint(last_waited + 1, len(self.records))
+        self.records = self.records[:self.rng.randint(last_waited + 1, len(self.records))]
+
+    def failover(self) -> None:
+        """A slave becomes master: it applied what survives, each record some time after the master
+        made it; the log after that is lost. Its own file covers what it applied."""
+        self.cut()
         state = {KEY: FifoQueue(0, 0)}
-        for body, made, _ in self.records[:cut]:
+        for body, made, _ in self.records:
             key, queue = fifo.decode_record(body, made + self.rng.randint(0, 10))
             state[key] = queue
-        self.records = self.records[:cut]
         self.queue = state[KEY]
         self.slave = dict(state)
+        self.file, self.changed = (fifo.record_fields(KEY, self.queue, self.now), len(self.records)), False
         self.writing.clear()  # the old master's dead-letter writes die with it
 
+    def persist(self) -> None:
+        """The periodic write of fifoLeases.json, when the state changed since the last."""
+        if self.changed:
+            self.file, self.changed = (fifo.record_fields(KEY, self.queue, self.now), len(self.records)), False
+
     def restart(self) -> None:
-        """The state as fifoLeases.json holds it, applied after the restart."""
-        key, self.queue = fifo.from_fields(fifo.record_fields(KEY, self.queue, self.now),
-                                           self.now + self.rng.randint(0, 100))
-        self.slave[key] = self.queue
+        """A clean restart: the state is written as the broker closes, then loaded."""
+        self.persist()
+        self.load()
+
+    def crash_restart(self) -> None:
+        """A crash: the log keeps what survives (a torn tail may end it below what the file
+        covers), and the restart loads the file as last written."""
+        self.cut()
+        self.load()
+
+    def load(self) -> None:
+        """LeaseLog.load after a restart: the file's state, then the records from the one it
+        covers, applied some time after the restart. A log that ends below that (a torn tail)
+        has the file written again at once (LeaseLog.log_cut)."""
+        now = self.now + self.rng.randint(0, 100)
+        fields, covered = self.file
+        key, queue = fifo.from_fields(fields, now)
+        if covered > len(self.records):
+            self.file = (fifo.record_fields(KEY, queue, self.now), len(self.records))
+        applied = self.records[self.file[1]:]
+        for body, _, _ in applied:
+            key, queue = fifo.decode_record(body, now)
+        self.queue, self.slave, self.changed = queue, {key: queue}, bool(applied)
         self.writing.clear()
 
     def step(self) -> None:
@@ -306,7 +340,7 @@ class Run:
             self.gone = min(self.gone + self.rng.randint(1, 3), MESSAGES)  # retention
         action = self.rng.choices(
             [self.receive, self.consumer_acks, self.consumer_nacks, self.dead_letter_written, self.failover,
-             self.restart], weights=[40, 30, 10, 10, 2, 2])[0]
+             self.restart, self.crash_restart, self.persist], weights=[40, 30, 10, 10, 2, 2, 2, 5])[0]
         action()
         # The consumers' leases held past their time are gone from their view.
         self.held = {offset: held for offset, held in self.held.items() if held[1] > self.now - 200}
