@@ -5,7 +5,7 @@ gets each message group's messages in their order with several consumers, never 
 an earlier one of its queue is out and unacked; an expired batch comes back in order before
 anything behind it; a message whose last allowed delivery failed, or that its consumer forwards,
 is in %DLQ%<group> with its origin and attempts, and the queue goes on behind it; the order holds
-across a broker restart and, in controller mode, across the master's SIGKILL.
+across a consumer's SIGKILL, a broker restart and, in controller mode, the master's SIGKILL.
 
 Method: what a user sees. Each receive is timed against the acks the consumers issued: a receive
 may carry a queue's offset only once every earlier offset handed out of that queue had its ack
@@ -15,6 +15,9 @@ times are short (the broker's minimum is 1 s) so that expiries take seconds.
 
 import json
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -45,6 +48,23 @@ from quorumq.core.message_types import fifo_queue
 from test_receive_rules import broker_config
 
 CLUSTER = "DefaultCluster"
+# A consumer in a process of its own: receives a batch with the invisible time given, reports when it
+# asked (time.monotonic is one clock for every process of the machine) and what it got as a JSON
+# line, and waits to be killed without acking.
+CRASHING_CONSUMER = textwrap.dedent("""
+    import json, sys, time
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    access_point, group, topic, invisible_s = sys.argv[1:]
+    consumer = SimpleConsumer(ClientConfiguration(access_point, Credentials(), request_timeout=5), group,
+                              {topic: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    asked = time.monotonic()
+    messages = consumer.receive(2, int(invisible_s))
+    print(json.dumps({"asked": asked, "bodies": [message.body.decode() for message in messages],
+                      "attempts": [message.delivery_attempt for message in messages]}), flush=True)
+    time.sleep(600)
+""")
 
 
 def admin(cluster: dict, *args: object) -> None:
@@ -294,6 +314,41 @@ def test_a_dead_letter_makes_its_dlq_topic_where_a_clients_send_may_not(shared_c
             consumer.shutdown()
         [letter] = read_dead_letters(config, group, 1)
         assert letter.message_id == ids[0]
+
+
+@pytest.mark.timeout(60)
+def test_fifo_order_holds_across_a_consumers_sigkill(shared_cluster):
+    """A consumer in another process receives m0 and m1 and is SIGKILLed holding them: a consumer of
+    the same group gets nothing of their queue until their lease ends, then m0 and m1 again first,
+    in order, then m2 and m3."""
+    invisible_s = 5
+    topic, group, config, _ = one_queue_sent(shared_cluster, 4)
+    consumer = simple_consumer(config, group, topic)
+    with subprocess.Popen([sys.executable, "-c", CRASHING_CONSUMER, shared_cluster["access_point"], group, topic,
+                           str(invisible_s)], stdout=subprocess.PIPE, text=True) as crashing:
+        try:
+            report = json.loads(crashing.stdout.readline())
+            crashing.send_signal(signal.SIGKILL)
+            assert report["bodies"] == ["m0", "m1"] and report["attempts"] == [1, 1]
+            leased_until = report["asked"] + invisible_s  # the broker leased them no sooner than asked
+            asked: list[float] = []
+
+            def next_receive():
+                asked.append(time.monotonic())
+                return consumer.receive(2, 10)
+
+            received = check_for(20, 0, next_receive, "m0 and m1 again after their lease")
+            assert asked[0] < leased_until, "the test asked while the killed consumer's lease held"
+            assert time.monotonic() >= leased_until, "handed out while the killed consumer's lease held"
+            assert bodies(received) == ["m0", "m1"] and [m.delivery_attempt for m in received] == [2, 2]
+            for message in received:
+                consumer.ack(message)
+            rest = receive_all(consumer, 2)
+            assert bodies(rest) == ["m2", "m3"] and [m.delivery_attempt for m in rest] == [1, 1]
+        finally:
+            crashing.kill()
+            crashing.wait()
+            consumer.shutdown()
 
 
 def test_a_lease_outlasts_a_broker_restart_and_its_message_comes_back_first(cluster):
