@@ -6,9 +6,11 @@ The FIFO side is a FIFO topic (`updateTopic -a +message.type=FIFO`) read by a FI
 (`updateSubGroup -o true`), its messages spread over `--groups` message groups in turn; the NORMAL
 side is a NORMAL topic read by a group that is not orderly. Both topics have `--queues` queues.
   (a) produce: the official Python client's Producer.send_async with at most `--official-window` sends
-      in flight, and quorumq's own Producer.send_batch (`--batch` messages a request, `--inflight`
-      requests in flight; a batch of FIFO messages is split by their groups' queues, each queue's
-      part in order), each for `--seconds`, acknowledged messages per second;
+      in flight, and quorumq's own Producer.send_batch (`--batch` messages a call, `--inflight`
+      calls in flight), each for `--seconds`, acknowledged messages per second. The producer splits
+      a call of FIFO messages by their groups' queues, each queue's part in order, so the same call
+      makes `--queues` requests of about 1/`--queues` its size: a second FIFO row makes calls
+      `--queues` times as large, whose requests are NORMAL's size (more messages in flight);
   (b) consume: a topic filled beforehand with `--consume-messages` messages (quorumq's Producer, the
       same groups) is read by `--consumer-processes` processes of `--consumers` official
       SimpleConsumers each, all started before the clock starts: each loops receive(`--receive-batch`,
@@ -230,11 +232,23 @@ class Bench(br.Bench):
         r = self.worker(f"{kind.lower()}_official_async", "official-async",
                         {**base, **self.groups_of(kind), "topic": topic, "window": w}, profile=True)
         self.add(self.system(kind), f"official Producer.send_async (<= {w} in flight)", r, kind="produce")
-        r = self.worker(f"{kind.lower()}_qq_batch", "qq-batch",
-                        {**base, **self.groups_of(kind), "topic": topic, "batch": b, "inflight": n}, profile=True)
-        self.add(self.system(kind), f"quorumq Producer.send_batch ({b}/request, {n} in flight)", r, kind="produce",
-                 note=f"request p50/p99 {r.get('request_p50_ms', '-')}/{r.get('request_p99_ms', '-')} ms; "
-                      f"{br.status_text(r.get('statuses'))}" if "error" not in r else "")
+        # The same calls on both sides; a FIFO call is split by its groups' queues into smaller requests.
+        calls = [(f"{kind.lower()}_qq_batch", b, self.batch_measurement(b, n))]
+        if kind == "FIFO":  # and calls of `queues` times as many, so each of its requests is NORMAL's size
+            calls[0] = (calls[0][0], b, f"quorumq Producer.send_batch ({b}/call, split by queue, {n} in flight)")
+            calls.append(("fifo_qq_batch_by_queue", b * opts.queues,
+                          f"quorumq Producer.send_batch ({b * opts.queues}/call, about {b}/request by queue, "
+                          f"{n} in flight)"))
+        for key, size, measurement in calls:
+            r = self.worker(key, "qq-batch", {**base, **self.groups_of(kind), "topic": topic, "batch": size,
+                                              "inflight": n}, profile=True)
+            self.add(self.system(kind), measurement, r, kind="produce",
+                     note=f"request p50/p99 {r.get('request_p50_ms', '-')}/{r.get('request_p99_ms', '-')} ms; "
+                          f"{br.status_text(r.get('statuses'))}" if "error" not in r else "")
+
+    @staticmethod
+    def batch_measurement(batch: int, inflight: int) -> str:
+        return f"quorumq Producer.send_batch ({batch}/request, {inflight} in flight)"
 
     def consume(self, kind: str, base: dict) -> None:
         opts, names = self.opts, self.names(kind)
@@ -328,8 +342,10 @@ class Bench(br.Bench):
         """bench_foundation's rows (the median round of each), then each FIFO row against its NORMAL row."""
         bf.Bench.build_rows(self)
         normal = {row["measurement"]: row for row in self.rows if row["system"] == self.system("NORMAL")}
+        batches = normal.get(self.batch_measurement(self.opts.batch, self.opts.inflight))
         for row in self.rows:
-            base = normal.get(row["measurement"])
+            # A FIFO send_batch row stands against NORMAL's send_batch row: the same calls, or the same request size.
+            base = batches if "Producer.send_batch" in row["measurement"] else normal.get(row["measurement"])
             if row["system"] == self.system("FIFO") and base and row.get("rate") and base.get("rate"):
                 factor = row["rate"] / base["rate"]
                 row["vs NORMAL"] = f"{factor:.2f}x"

@@ -398,6 +398,8 @@ async def w_qq_batch(args):
         def messages() -> list[Message]:
             nonlocal sent
             sent += batch
+            if not args.get("groups"):  # a tree older than message groups knows no message_group
+                return [Message(payload) for _ in range(batch)]
             return [Message(payload, message_group=message_group(args, index)) for index in range(sent - batch, sent)]
 
         for _ in range(max(1, WARMUP // batch) + 2):
