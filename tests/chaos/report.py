@@ -57,6 +57,25 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+FIFO_CHECK = "C12 FIFO"
+FIFO_COUNTS = ("acked sends", "deliveries", "redeliveries", "crashes", "dead letters", "out of order", "lost",
+               "never settled", "dead-lettered early")
+
+
+def fifo_table(runs: list[dict]) -> str:
+    """W6's FIFO group, fault by fault: what its consumers saw, and C12's violations."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for run in runs:
+        if FIFO_CHECK in run.get("checks", {}):
+            groups[run["fault"], run["profile"]].append(run)
+    lines = ["| fault | settings | runs | " + " | ".join(FIFO_COUNTS) + " | failed runs |",
+             "|---" * (len(FIFO_COUNTS) + 4) + "|"]
+    for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
+        counts = " | ".join(f"{sum(check_count(r, FIFO_CHECK, count) for r in group):,}" for count in FIFO_COUNTS)
+        lines.append(f"| {fault} | {profile}, W6 | {len(group)} | {counts} | {sum(not r['ok'] for r in group)} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     runs = [json.loads(line) for line in LEDGER.read_text().splitlines() if line.strip()] if LEDGER.exists() else []
     text = DOC.read_text()
@@ -65,7 +84,10 @@ def main() -> int:
         return 1
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{table(runs)}\n{END}{tail}")
+    fifo_part = ""
+    if any(FIFO_CHECK in run.get("checks", {}) for run in runs):
+        fifo_part = f"\n\nThe FIFO group of the W6 runs (checker C12):\n\n{fifo_table(runs)}"
+    DOC.write_text(f"{head}{BEGIN}\n{table(runs)}{fifo_part}\n{END}{tail}")
     print(f"{DOC}: {len(runs)} runs")
     return 0
 
