@@ -80,11 +80,20 @@ PORT_BLOCK = 200  # one `quorumq up` uses P..P+199
 
 
 async def load(access_point: str, probe_path: Path, stop_path: Path, active_path: Path, batch: int,
-               inflight: int) -> None:
-    """Sends while `active_path` exists (the cluster under a fault), until `stop_path` exists."""
+               inflight: int, rate: float) -> None:
+    """Sends while `active_path` exists (the cluster under a fault), until `stop_path` exists; at most
+    `rate` messages a second in all (0: as fast as the requests in flight go)."""
     from quorumq.client import ClientError, Message, Producer
     body = os.urandom(BODY_SIZE)
     acked = {"batch": 0}
+    next_request = {"at": 0.0}  # the pipelines' shared schedule under a rate
+
+    async def paced() -> None:
+        if rate:
+            now = time.monotonic()
+            due = max(now, next_request["at"])
+            next_request["at"] = due + batch / rate
+            await asyncio.sleep(due - now)
     # Probes have a producer of their own, so that sends hung on a stopped master never hold back
     # the next probe; their timeout is RocketMQ's sendMsgTimeout.
     async with Producer(access_point, timeout_s=5.0) as producer, \
@@ -94,6 +103,7 @@ async def load(access_point: str, probe_path: Path, stop_path: Path, active_path
                 if not active_path.exists():
                     await asyncio.sleep(PROBE_INTERVAL_S)
                     continue
+                await paced()
                 try:
                     results = await producer.send_batch(TOPIC, [Message(body) for _ in range(batch)])
                     acked["batch"] += sum(result.status == "SEND_OK" for result in results)
@@ -154,7 +164,7 @@ class Cluster:
         self.active_path = workdir / "active"  # the load sends while it exists
         self.probe_path.touch()
         self.loader = common.start([common.PYTHON, __file__, "_load", self.info["access_point"], self.probe_path,
-                                    self.stop_path, self.active_path, opts.batch, opts.inflight],
+                                    self.stop_path, self.active_path, opts.batch, opts.inflight, opts.rate],
                                    label=f"load {code}", log=workdir / "load.log", cwd=common.ROOT, env=self.env)
         self.loaded_since, self.loaded_s = 0.0, 0.0
         self.epoch: int | None = None  # the master epoch when the bench last looked
@@ -370,7 +380,7 @@ def tree_commit(src: Path) -> str | None:
 def main() -> None:
     if len(sys.argv) >= 2 and sys.argv[1] == "_load":
         asyncio.run(load(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5]), int(sys.argv[6]),
-                         int(sys.argv[7])))
+                         int(sys.argv[7]), float(sys.argv[8])))
         return
     parser = argparse.ArgumentParser(description="controller-mode failover benchmark (see the module docstring)")
     parser.add_argument("--runs", type=int, default=10, help="master SIGKILLs (default 10)")
@@ -378,6 +388,9 @@ def main() -> None:
     parser.add_argument("--handbacks", type=int, default=3, help="preferred-master hand-backs (default 3)")
     parser.add_argument("--batch", type=int, default=64, help="messages per load request (default 64)")
     parser.add_argument("--inflight", type=int, default=4, help="load requests in flight (default 4)")
+    parser.add_argument("--rate", type=float, default=0,
+                        help="the load's messages a second at most (default 0: as fast as it goes); with --code, "
+                             "every tree then carries the same load")
     parser.add_argument("--base-port", type=int, default=27000,
                         help="the k-th --code's cluster uses P+200*k..P+200*k+199 (default 27000)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra --set for up")
@@ -414,7 +427,8 @@ def main() -> None:
     settings = f"RocketMQ's defaults but {', '.join(opts.set)}" if opts.set else "RocketMQ's default timeouts"
     loads = ", ".join(f"{cluster.code} {common.fmt_rate(cluster.load_rate())}".strip() for cluster in clusters)
     title = (f"3 replicas, allAckInSyncStateSet=true, {settings}; background load {loads} msg/s acknowledged "
-             f"({opts.batch} x {BODY_SIZE} B per request, {opts.inflight} in flight); {os.cpu_count()} cpus shared")
+             f"({opts.batch} x {BODY_SIZE} B per request, {opts.inflight} in flight"
+             f"{f', at most {opts.rate:,.0f} msg/s' if opts.rate else ''}); {os.cpu_count()} cpus shared")
     common.print_table(rows, columns, title)
     codes = {cluster.code or "this checkout": {
         "src": str(cluster.src), "commit": tree_commit(cluster.src), "up_options": cluster.up_options,
