@@ -7,12 +7,28 @@ A failure shows the verdict table and the seed that replays the run's fault sche
 import pytest
 
 from nemesis import FAULT_KINDS
-from run import run
+from quorumq.config import Config, Kind
+from quorumq.core.retention import parse_delete_when, retention_action
+from run import PROFILES, run
 from workload import FifoUnsupported
 
 SMOKE_SECONDS = 20.0
 SMOKE_SEED = 5000  # fixed, so CI replays the same schedules; make chaos draws fresh seeds
 FIFO_SMOKE_SEED = 5100
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_a_full_disk_makes_no_broker_of_a_run_delete_unexpired_segments(profile):
+    """F8 fills a store's disk to 100%. With the default diskSpaceCleanForciblyRatio retention then
+    deletes the oldest segment, acknowledged sends and all: F13 seed 914025173 (W6) had its final
+    master lose 10,100 of them that way, every one still on both slaves, and C1, C8 and C12 failed.
+    A full disk must only refuse writes."""
+    config = Config(Kind.BROKER, PROFILES[profile])
+    action = retention_action(hour=0, delete_hours=parse_delete_when(config["deleteWhen"]), disk_ratio=1.0,
+                              max_used_ratio=config["diskMaxUsedSpaceRatio"] / 100,
+                              force_ratio=config["diskSpaceCleanForciblyRatio"],
+                              warning_ratio=config["diskSpaceWarningLevelRatio"])
+    assert not action.force and not action.writable, action
 
 
 @pytest.mark.timeout(240)
