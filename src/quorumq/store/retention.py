@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from quorumq import limits
 from quorumq.core import codec
 from quorumq.core.codec import HEADER
+from quorumq.core.retention import disk_used_ratio
 from quorumq.store.state import StoreState
 
 log = logging.getLogger(__name__)
@@ -72,4 +73,4 @@ class Retention:
     def disk_usage_ratio(self) -> float:
         """The used fraction of the filesystem that holds the store, as an unprivileged user sees it."""
         stats = os.statvfs(self._state.root)
-        return 1.0 - stats.f_bavail / stats.f_blocks if stats.f_blocks else 0.0
+        return disk_used_ratio(stats.f_blocks, stats.f_bfree, stats.f_bavail)
