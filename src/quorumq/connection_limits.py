@@ -254,7 +254,8 @@ class ConnectionLimits(grpc.aio.ServerInterceptor):
                                                   f"{self.peers.per_address_max} connections with calls already "
                                                   "(grpcMaxConnectionsPerAddress); reuse one"))
         context.add_done_callback(lambda _: self._ended(peer))
-        await self._room(peer, lambda: self.peers.has_room(peer), context)
+        if not self.peers.has_room(peer):
+            await self._room(peer, lambda: self.peers.has_room(peer), context)
         return peer
 
     def _ended(self, peer: str) -> None:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -318,6 +319,7 @@ def main() -> int:
                         "error": f"{type(error).__name__}: {error}"}
                 ok = False
                 print(f"{fault} seed {seed}: {rows['error']}", flush=True)
+                traceback.print_exception(error, file=sys.stdout)  # the cause, for the replay
             print(f"{'PASS' if ok else 'FAIL'} {fault} seed {seed}: {directory}"
                   f"{'' if ok else f'  (replay: --faults {fault} --seed {seed} --count 1)'}", flush=True)
             failed += not ok
