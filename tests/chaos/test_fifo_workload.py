@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from harness import check_for
 from history import History
-from workload import FIFO_BACKLOG_MAX, FifoWorkload
+from workload import DLQ_READER, FIFO_BACKLOG_MAX, FifoWorkload
 
 
 class AcknowledgingProducer:
@@ -38,3 +38,52 @@ def test_the_producers_wait_while_the_backlog_is_full(tmp_path):
         thread.join(10)
     assert not thread.is_alive()
     assert producer.sent == FIFO_BACKLOG_MAX + 1
+
+
+class DeadLetterQueue:
+    """A SimpleConsumer of the DLQ: each receive long-polls briefly for what `dead_letter` put."""
+
+    def __init__(self, stopped: threading.Event) -> None:
+        self.consumer_group = "DLQ"
+        self._stopped = stopped
+        self.receives_after_stop = 0
+        self._letters: list[SimpleNamespace] = []
+        self._arrived = threading.Condition()
+
+    def dead_letter(self, value: str) -> None:
+        with self._arrived:
+            self._letters.append(SimpleNamespace(body=value.encode(), message_id=value, queue_id=0,
+                                                 queue_offset=0, delivery_attempt=1))
+            self._arrived.notify_all()
+
+    def receive(self, count: int, invisible_s: int) -> list[SimpleNamespace]:
+        with self._arrived:
+            self._arrived.wait_for(lambda: self._letters, timeout=0.05)
+            self.receives_after_stop += self._stopped.is_set()
+            letters, self._letters = self._letters, []
+            return letters
+
+    def ack(self, message) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_dead_letter_written_by_a_receive_in_flight_at_the_halt_is_read(tmp_path):
+    """A consumer's receive in flight as the run halts may dead-letter a spent message; the DLQ
+    reader stops only after the consumers, so the checker sees it dead-lettered, not lost."""
+    workload = FifoWorkload("127.0.0.1:1", History(tmp_path / "history.jsonl"), seed=1)
+    dlq = DeadLetterQueue(workload._stop)
+
+    def consumer_in_flight() -> None:  # its receive ends after the halt, dead-lettering g0-0
+        workload._stop.wait()
+        check_for(5, 0.01, lambda: dlq.receives_after_stop >= 2, "the reader still reading")
+        dlq.dead_letter("g0-0")
+
+    workload._spawn("fifo-c0.0", consumer_in_flight)
+    workload._spawn(DLQ_READER, workload._read_dead_letters, dlq)
+    workload.halt()
+    assert workload.error is None
+    with workload._lock:
+        assert "g0-0" in workload._settled

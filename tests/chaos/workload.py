@@ -295,6 +295,7 @@ FAIL_RATE = 0.03  # deliveries a consumer fails on purpose, outside the drain
 POISON_EVERY = 400  # about one value in this many fails every delivery, so dead letters happen
 CRASH_EVERY_S = (10.0, 30.0)  # a consumer crashes this long after it started (drawn uniformly)
 DRAIN_TIMEOUT_S = 60.0
+DLQ_READER = "fifo-dlq"  # its thread's and history's name
 # Sent values not yet settled at which the producers wait: with failures holding their queues (the
 # pop-orderly rule) the consumers settle about 40 a second, the drain about 200, and unthrottled
 # producers under F13's short faults left 17,600 to a drain that settled 11,600 in DRAIN_TIMEOUT_S.
@@ -393,6 +394,7 @@ class FifoWorkload:
         self.config = ClientConfiguration(endpoints, Credentials(), request_timeout=int(SEND_TIMEOUT_S))
         self._stop = threading.Event()
         self._draining = threading.Event()
+        self._consumers_ended = threading.Event()  # set by halt once no consumer can dead-letter more
         self._lock = threading.Lock()
         self._sent: set[str] = set()  # acknowledged sends
         self._received: set[str] = set()
@@ -405,7 +407,7 @@ class FifoWorkload:
         for index in range(FIFO_CONSUMERS):
             self._spawn(f"fifo-c{index}", self._consume, index,
                         self._started(self._simple_consumer(FIFO_GROUP, FIFO_TOPIC)))
-        self._spawn("fifo-dlq", self._read_dead_letters,
+        self._spawn(DLQ_READER, self._read_dead_letters,
                     self._started(self._simple_consumer(DLQ_READER_GROUP, DLQ_TOPIC)))
         for index in range(FIFO_PRODUCERS):
             self._spawn(f"fifo-p{index}", self._produce, index,
@@ -418,9 +420,15 @@ class FifoWorkload:
         thread.start()
 
     def halt(self, timeout: float = 30.0) -> None:
+        """Stop every thread, the DLQ reader last: a consumer's receive still in flight may
+        dead-letter a message (a lease spent), which the reader must still record."""
         self._stop.set()
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
+        others = [thread for thread in self._threads if thread.name != DLQ_READER]
+        for thread in others:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._consumers_ended.set()
+        for thread in set(self._threads) - set(others):
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
@@ -594,8 +602,11 @@ class FifoWorkload:
 
     def _read_dead_letters(self, consumer: SimpleConsumer) -> None:
         try:
-            while not self._stop.is_set():
-                messages = self._receive(consumer, "fifo-dlq", "dlq-receive")
+            while True:
+                last = self._consumers_ended.is_set()  # a receive begun after them finds every dead letter
+                messages = self._receive(consumer, DLQ_READER, "dlq-receive")
+                if last and not messages:
+                    return
                 with self._lock:
                     self._settled.update(m.body.decode() for m in messages or ())
                 for message in messages or ():
