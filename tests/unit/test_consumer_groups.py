@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import pytest
 from test_consumer_sessions import SteppedClock
+from test_store_recovery import crash_with_flipped_byte
+from test_store_support import new_store, open_store
 
 from quorumq.broker.consumers import ConsumerGroups, DeadLetter
 from quorumq.broker.dead_letters import ahead_of
@@ -219,6 +221,25 @@ def test_a_crash_after_a_restart_that_found_a_torn_tail_applies_the_records_sinc
     [second] = restarted.pop(batch=1).deliveries  # its record where the lost one was, not waited for by a file
     crashed = Broker(tmp_path, store=broker.store, clock=broker.clock)
     assert held(crashed) == {second.message.queue_offset}, "the lease handed out after the restart"
+
+
+def test_a_restart_that_finds_a_corrupt_lease_record_applies_those_before_it_and_opens(tmp_path):
+    """A flipped bit in a lease record past what fifoLeases.json covers (F10 under W6): the records
+    before it are applied and the broker opens, to cut its log there as a slave; raising, it could
+    never start again."""
+    broker = Broker(tmp_path / "broker", store=open_store(tmp_path / "store"))
+    broker.send(4)
+    broker.groups.persist()  # covers no record yet
+    for _ in range(4):  # a receive's record, then its ack's (the batch done)
+        [delivery] = broker.pop(batch=1).deliveries
+        broker.groups.ack("G", TOPIC, delivery.receipt_handle)
+    [corrupt] = broker.store.get_messages(LEASE_TOPIC, 0, 5, 1, 1 << 20).messages
+    copy = new_store(crash_with_flipped_byte(tmp_path, broker.store, corrupt.commit_log_offset + corrupt.store_size - 3))
+    assert copy.open().corrupt_offset == corrupt.commit_log_offset
+
+    restarted = Broker(tmp_path / "broker", store=copy, clock=broker.clock)
+    assert restarted.lease_log.cursor == 5, "the records before the corrupt one are applied"
+    assert held(restarted) == {2}, "the state those records made: offsets 0 and 1 acked, 2 handed out"
 
 
 def test_a_reset_of_a_fifo_queue_is_a_lease_record(tmp_path):

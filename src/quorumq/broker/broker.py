@@ -331,7 +331,7 @@ class Broker:
         """A slave applies the FIFO lease records of what it just copied (broker/lease_log.py)."""
         try:
             self.consumers.lease_log.catch_up()
-        except QuorumqError as exc:  # a damaged record: replication goes on, the next copy retries
+        except QuorumqError as exc:  # a store error: replication goes on, the next copy retries
             log.error("applying FIFO lease records failed: %s", exc)
 
     def _lease_appended(self) -> None:
