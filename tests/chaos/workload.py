@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import random
 import threading
 import time
@@ -394,7 +395,8 @@ class FifoWorkload:
         self.config = ClientConfiguration(endpoints, Credentials(), request_timeout=int(SEND_TIMEOUT_S))
         self._stop = threading.Event()
         self._draining = threading.Event()
-        self._consumers_ended = threading.Event()  # set by halt once no consumer can dead-letter more
+        self._consumers_ended = threading.Event()  # set by halt once it waited for the consumers
+        self._reader_deadline = math.inf  # halt's: the DLQ reader stops then, even if the cluster does not answer
         self._lock = threading.Lock()
         self._sent: set[str] = set()  # acknowledged sends
         self._received: set[str] = set()
@@ -424,11 +426,13 @@ class FifoWorkload:
         dead-letter a message (a lease spent), which the reader must still record."""
         self._stop.set()
         deadline = time.monotonic() + timeout
-        others = [thread for thread in self._threads if thread.name != DLQ_READER]
-        for thread in others:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        readers = [thread for thread in self._threads if thread.name == DLQ_READER]
+        for thread in self._threads:
+            if thread not in readers:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        self._reader_deadline = deadline - SEND_TIMEOUT_S - 1  # its last receive ends within the timeout
         self._consumers_ended.set()
-        for thread in set(self._threads) - set(others):
+        for thread in readers:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
@@ -605,7 +609,7 @@ class FifoWorkload:
             while True:
                 last = self._consumers_ended.is_set()  # a receive begun after them finds every dead letter
                 messages = self._receive(consumer, DLQ_READER, "dlq-receive")
-                if last and not messages:
+                if last and (messages == [] or time.monotonic() >= self._reader_deadline):
                     return
                 with self._lock:
                     self._settled.update(m.body.decode() for m in messages or ())

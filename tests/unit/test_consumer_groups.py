@@ -234,7 +234,8 @@ def test_a_restart_that_finds_a_corrupt_lease_record_applies_those_before_it_and
         [delivery] = broker.pop(batch=1).deliveries
         broker.groups.ack("G", TOPIC, delivery.receipt_handle)
     [corrupt] = broker.store.get_messages(LEASE_TOPIC, 0, 5, 1, 1 << 20).messages
-    copy = new_store(crash_with_flipped_byte(tmp_path, broker.store, corrupt.commit_log_offset + corrupt.store_size - 3))
+    damaged = crash_with_flipped_byte(tmp_path, broker.store, corrupt.commit_log_offset + corrupt.store_size - 3)
+    copy = new_store(damaged)
     assert copy.open().corrupt_offset == corrupt.commit_log_offset
 
     restarted = Broker(tmp_path / "broker", store=copy, clock=broker.clock)

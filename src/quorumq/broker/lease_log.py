@@ -65,7 +65,8 @@ class LeaseLog:
             log.warning("FIFO lease record of %s/%s/%d stored but not indexed yet: %s", *key, unindexed)
             appended = unindexed.appended
         [(_, queue_offset)] = appended.offsets
-        # A master applied every record as it opened or took the role, and appends only its own.
+        # A master applied every record as it opened or took the role, and appends only its own
+        # (a damaged one applied those before its corrupt record, and its store takes no append).
         assert queue_offset == self.cursor, (queue_offset, self.cursor)
         self.cursor = queue_offset + 1
         self.queues[key] = queue
@@ -84,11 +85,10 @@ class LeaseLog:
         self._changed = True
 
     def catch_up(self) -> None:
-        """Apply the lease topic's records from the cursor to the end of the log, or to the first
-        one in a corrupt part of a damaged log (recovery found it): a slave cuts its log there as it
-        aligns with its master (Broker.align_with), and the copies that take its place are applied
-        as they come. Raising instead, a broker whose restart found a flipped bit past what
-        fifoLeases.json covers could never open (found in F13 runs under W6)."""
+        """Apply the lease topic's records from the cursor to the end of the log, or up to the
+        first one in a corrupt part of a damaged log: a slave cuts its log there as it aligns with
+        its master (Broker.align_with), and the copies that take its place are applied as they
+        come; a broker that raised here could not open."""
         end = self._store.queue_max_offset(LEASE_TOPIC, 0)
         while self.cursor < end:
             try:

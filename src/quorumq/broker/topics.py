@@ -202,9 +202,9 @@ class Topics:
                         messages: Callable[[], Iterable[Mapping[str, str]]], dead_letter: bool) -> TopicConfig:
         """The config of a topic a send goes to (`config`, what its caller found: None when the topic
         does not exist), which takes each of `messages()` (their properties, asked for only when
-        the topic exists or may be made): its group keeps the
-        group rules and the topic takes its type. Created when the config allows it (NORMAL, and
-        only for messages it takes), and writable here. A dead letter's copy
+        the topic exists or may be made): its group keeps the group rules and the topic takes its
+        type. Created when the config allows it (NORMAL, and only for messages it takes), and
+        writable here. A dead letter's copy
         (broker/dead_letters.py) makes its DLQ topic whatever autoCreateTopicEnable says, as
         RocketMQ does, and goes there whatever its type (a FIFO message's keeps its group); a
         client's send to a DLQ topic keeps every rule."""
