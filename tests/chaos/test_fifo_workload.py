@@ -2,10 +2,12 @@
 settle far fewer values a second than unthrottled producers send."""
 
 import threading
+import time
 from types import SimpleNamespace
 
+import workload as workload_module
 from harness import check_for
-from history import History
+from history import History, read_history
 from workload import DLQ_READER, FIFO_BACKLOG_MAX, FifoWorkload
 
 
@@ -87,3 +89,37 @@ def test_a_dead_letter_written_by_a_receive_in_flight_at_the_halt_is_read(tmp_pa
     assert workload.error is None
     with workload._lock:
         assert "g0-0" in workload._settled
+
+
+def drained(path) -> dict:
+    """The drain's completion record in the history."""
+    [record] = [r for r in read_history(path) if r.get("f") == "fifo-drain" and r["type"] != "invoke"]
+    return record
+
+
+def test_the_drain_goes_on_while_values_settle_and_ends_when_none_does(tmp_path, monkeypatch):
+    """A queue behind several poison values settles slowly but settles: the drain waits for it
+    past DRAIN_IDLE_S in all; a queue held for good settles nothing, and the drain ends."""
+    monkeypatch.setattr(workload_module, "DRAIN_IDLE_S", 1.0)
+    values = [f"g0-{seq}" for seq in range(8)]
+
+    slow = FifoWorkload("127.0.0.1:1", History(tmp_path / "slow.jsonl"), seed=1)
+    slow._sent.update(values)
+
+    def settle_slowly() -> None:  # a value every 0.3 s: 2.4 s in all, each within DRAIN_IDLE_S of the last
+        for value in values:
+            time.sleep(0.3)
+            with slow._lock:
+                slow._settled.add(value)
+
+    slow._spawn("fifo-c0.0", settle_slowly)
+    started = time.monotonic()
+    slow.stop()
+    assert drained(tmp_path / "slow.jsonl")["type"] == "ok"
+    assert time.monotonic() - started > 2 * workload_module.DRAIN_IDLE_S
+
+    stuck = FifoWorkload("127.0.0.1:1", History(tmp_path / "stuck.jsonl"), seed=1)
+    stuck._sent.update(values)
+    stuck.stop()
+    record = drained(tmp_path / "stuck.jsonl")
+    assert record["type"] == "info" and record["unsettled"] == len(values)

@@ -295,11 +295,16 @@ FIFO_AWAIT_S = 2  # a receive's long poll
 FAIL_RATE = 0.03  # deliveries a consumer fails on purpose, outside the drain
 POISON_EVERY = 400  # about one value in this many fails every delivery, so dead letters happen
 CRASH_EVERY_S = (10.0, 30.0)  # a consumer crashes this long after it started (drawn uniformly)
-DRAIN_TIMEOUT_S = 60.0
+# The drain ends once DRAIN_IDLE_S pass with nothing settled, or at DRAIN_TIMEOUT_S: a poison value
+# holds its queue for about 20 s (4 deliveries, each behind a follower's 5 s lease), so a queue with
+# three of them outlasted a fixed 60 s while it still delivered (F13 seed 520533740), whereas a
+# queue held for good settles nothing.
+DRAIN_IDLE_S = 45.0
+DRAIN_TIMEOUT_S = 300.0
 DLQ_READER = "fifo-dlq"  # its thread's and history's name
 # Sent values not yet settled at which the producers wait: with failures holding their queues (the
 # pop-orderly rule) the consumers settle about 40 a second, the drain about 200, and unthrottled
-# producers under F13's short faults left 17,600 to a drain that settled 11,600 in DRAIN_TIMEOUT_S.
+# producers under F13's short faults left 17,600 to a drain that settled 11,600 in 60 s.
 FIFO_BACKLOG_MAX = 2000
 DRAIN_POLL_S = 0.2
 # Answers that say a request was refused and changed nothing; any other error leaves it unknown.
@@ -388,7 +393,7 @@ class FifoWorkload:
 
     `stop()` stops the sends and drains: consumers fail only poison values and crash no more,
     until every acknowledged send and every message received is acked or dead-lettered, or
-    DRAIN_TIMEOUT_S ("fifo-drain"). C12 judges the history."""
+    DRAIN_IDLE_S without one settled ("fifo-drain"). C12 judges the history."""
 
     def __init__(self, endpoints: str, history: History, seed: int) -> None:
         self.history, self.seed = history, seed
@@ -439,9 +444,12 @@ class FifoWorkload:
         """Drain, halt, and raise what made the workload fail."""
         self._draining.set()
         op = self.history.invoke("fifo", "fifo-drain", None)
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while self._unsettled() and time.monotonic() < deadline and self.error is None:
+        started = time.monotonic()
+        unsettled, idle_until = self._unsettled(), started + DRAIN_IDLE_S
+        while unsettled and time.monotonic() < min(idle_until, started + DRAIN_TIMEOUT_S) and self.error is None:
             time.sleep(DRAIN_POLL_S)
+            if self._unsettled() < unsettled:
+                unsettled, idle_until = self._unsettled(), time.monotonic() + DRAIN_IDLE_S
         if self._unsettled():
             self.history.info(op, "timeout", unsettled=self._unsettled())
         else:
