@@ -1,5 +1,6 @@
-"""W6's producers leave its drain a bounded backlog: with failures holding their queues, consumers
-settle far fewer values a second than unthrottled producers send."""
+"""How W6 ends so that C12 judges all it sent: its producers leave the drain a bounded backlog (with
+failures holding their queues, consumers settle far fewer values a second than unthrottled producers
+send), the drain waits while values settle, and the DLQ reader stops after the consumers."""
 
 import threading
 import time
