@@ -172,7 +172,7 @@ class Topics:
         when it is negative the topic's next queue round robin. Called after admission
         (broker/send_path.py): a send refused must not create its topic. A `dead_letter`'s copy
         goes to its group's DLQ topic, made for it if need be (`_config_to_send`)."""
-        config = self._config_to_send(topic, self.configs.get(topic), lambda: (message,), dead_letter)
+        config = self._config_to_send(topic, lambda: (message,), dead_letter)
         group = message.get(properties.MESSAGE_GROUP)
         if group is not None:
             return fifo_queue(group, config.write_queue_nums)
@@ -191,24 +191,24 @@ class Topics:
         for append_encoded), where it reads their properties anyway; a send that makes its topic
         has them checked here first, as a topic is made only for messages it takes: decoded only
         then."""
-        known = self.configs.get(topic)
-        config = self._config_to_send(topic, known, lambda: () if known is not None else _records_properties(
-            records, count), dead_letter=False)
+        made = self.configs.get(topic) is None
+        config = self._config_to_send(topic, lambda: _records_properties(records, count) if made else (),
+                                      dead_letter=False)
         if queue_id >= config.write_queue_nums:
             raise QuorumqError(Error.BAD_REQUEST, f"topic {topic} has no writable queue {queue_id}")
         return RecordRules(topic, config.message_type, queue_id, config.write_queue_nums)
 
-    def _config_to_send(self, topic: str, config: TopicConfig | None,
-                        messages: Callable[[], Iterable[Mapping[str, str]]], dead_letter: bool) -> TopicConfig:
-        """The config of a topic a send goes to (`config`, what its caller found: None when the topic
-        does not exist), which takes each of `messages()` (their properties, asked for only when
-        the topic exists or may be made): its group keeps the group rules and the topic takes its
-        type. Created when the config allows it (NORMAL, and only for messages it takes), and
-        writable here. A dead letter's copy
+    def _config_to_send(self, topic: str, messages: Callable[[], Iterable[Mapping[str, str]]],
+                        dead_letter: bool) -> TopicConfig:
+        """The config of a topic a send goes to, which takes each of `messages()` (their
+        properties, asked for only when the topic exists or may be made): its group keeps the
+        group rules and the topic takes its type. Created when the config allows it (NORMAL, and
+        only for messages it takes), and writable here. A dead letter's copy
         (broker/dead_letters.py) makes its DLQ topic whatever autoCreateTopicEnable says, as
         RocketMQ does, and goes there whatever its type (a FIFO message's keeps its group); a
         client's send to a DLQ topic keeps every rule."""
         _check_not_lease_topic(topic)
+        config = self.configs.get(topic)
         if dead_letter:
             config = config or self._make(topic, DLQ_QUEUES)
         else:
@@ -216,8 +216,7 @@ class Topics:
                 kind = config.message_type if config is not None else TopicMessageType.NORMAL  # what auto-create makes
                 for message in messages():
                     check_type_and_group(topic, kind, message)
-            if config is None:
-                config = self.topic_config(topic, create=True)
+            config = self.topic_config(topic, create=True)
         if not config.perm & PERM_WRITE or not self.config["brokerPermission"] & PERM_WRITE:
             raise QuorumqError(Error.NO_PERMISSION, f"topic {topic} is not writable on this broker")
         return config
