@@ -233,12 +233,13 @@ class Bench(br.Bench):
                         {**base, **self.groups_of(kind), "topic": topic, "window": w}, profile=True)
         self.add(self.system(kind), f"official Producer.send_async (<= {w} in flight)", r, kind="produce")
         # The same calls on both sides; a FIFO call is split by its groups' queues into smaller requests.
-        calls = [(f"{kind.lower()}_qq_batch", b, self.batch_measurement(b, n))]
-        if kind == "FIFO":  # and calls of `queues` times as many, so each of its requests is NORMAL's size
-            calls[0] = (calls[0][0], b, f"quorumq Producer.send_batch ({b}/call, split by queue, {n} in flight)")
-            calls.append(("fifo_qq_batch_by_queue", b * opts.queues,
-                          f"quorumq Producer.send_batch ({b * opts.queues}/call, about {b}/request by queue, "
-                          f"{n} in flight)"))
+        if kind == "NORMAL":
+            calls = [("normal_qq_batch", b, self.batch_measurement(b, n))]
+        else:  # and calls of `queues` times as many, so each of their requests is NORMAL's size
+            calls = [("fifo_qq_batch", b, f"quorumq Producer.send_batch ({b}/call, split by queue, {n} in flight)"),
+                     ("fifo_qq_batch_by_queue", b * opts.queues,
+                      f"quorumq Producer.send_batch ({b * opts.queues}/call, about {b}/request by queue, "
+                      f"{n} in flight)")]
         for key, size, measurement in calls:
             r = self.worker(key, "qq-batch", {**base, **self.groups_of(kind), "topic": topic, "batch": size,
                                               "inflight": n}, profile=True)
