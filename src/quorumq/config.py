@@ -92,6 +92,12 @@ KEYS: dict[str, Key] = {
     # Where a new consumer group starts on a queue (core/group_start.py).
     "initPopOffsetByCheckMsgInMem": Key(_bool, True, B, live=True),
     "accessMessageInMemoryMaxRatio": Key(int, 40, B, live=True),  # percent of physical memory
+    # Delay messages (broker/timers.py) and transactional messages (broker/transactions.py).
+    "timerPrecisionMs": Key(int, 1000, B),  # the longest the timer loop sleeps between looks at its index
+    "timerMaxDelaySec": Key(int, 259_200, B, live=True),  # a delivery time further ahead is refused
+    "transactionTimeOut": Key(int, 6000, B, live=True),  # ms an undecided half message waits for its first check
+    "transactionCheckInterval": Key(int, 30_000, B, live=True),  # ms between checks of one half message
+    "transactionCheckMax": Key(int, 15, B, live=True),  # checks before a half message is given up
     # Replication (RIP-34 quorum write; spec rocketmq-ha.md 1.1). The quorum keys apply to the next send.
     "totalReplicas": Key(int, 1, B),
     "inSyncReplicas": Key(int, 1, B, live=True),
@@ -286,6 +292,11 @@ class Config:
         if not 0 < queues <= limits.QUEUES_PER_TOPIC_MAX:
             raise QuorumqError(Error.CONFIG_INVALID,
                                f"defaultTopicQueueNums must lie in 1..{limits.QUEUES_PER_TOPIC_MAX}")
+        for key in ("timerPrecisionMs", "timerMaxDelaySec", "transactionTimeOut", "transactionCheckInterval"):
+            if self._values[key] < 1:
+                raise QuorumqError(Error.CONFIG_INVALID, f"{key} must be at least 1, got {self._values[key]}")
+        if self._values["transactionCheckMax"] < 0:
+            raise QuorumqError(Error.CONFIG_INVALID, "transactionCheckMax must not be negative")
         self._check_replication()
 
     def _check_replication(self) -> None:

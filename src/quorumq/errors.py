@@ -62,12 +62,19 @@ class Error(Enum):
     ILLEGAL_RETRY_MAX_TIMES = ErrorKind(123, False, "INVALID_ARGUMENT", "BAD_REQUEST")
     # A topic attribute (updateTopic -a) that is unknown, malformed or has an unknown value.
     ILLEGAL_TOPIC_ATTRIBUTE = ErrorKind(124, False, "INVALID_ARGUMENT", "BAD_REQUEST")
+    ILLEGAL_DELIVERY_TIME = ErrorKind(125, False, "INVALID_ARGUMENT", "ILLEGAL_DELIVERY_TIME")
+    INVALID_TRANSACTION_ID = ErrorKind(126, False, "INVALID_ARGUMENT", "INVALID_TRANSACTION_ID")
+    INVALID_RECALL_HANDLE = ErrorKind(127, False, "INVALID_ARGUMENT", "BAD_REQUEST")
     TOPIC_NOT_FOUND = ErrorKind(200, False, "NOT_FOUND", "TOPIC_NOT_FOUND")
     CONSUMER_GROUP_NOT_FOUND = ErrorKind(201, False, "NOT_FOUND", "CONSUMER_GROUP_NOT_FOUND")
     BROKER_NOT_FOUND = ErrorKind(202, False, "NOT_FOUND", "NOT_FOUND")
+    # A recall of a delay message already delivered or recalled.
+    TIMER_NOT_PENDING = ErrorKind(203, False, "NOT_FOUND", "NOT_FOUND")
     MESSAGE_TYPE_UNSUPPORTED = ErrorKind(300, False, "UNIMPLEMENTED", "UNSUPPORTED")
     NOT_IMPLEMENTED = ErrorKind(301, False, "UNIMPLEMENTED", "NOT_IMPLEMENTED")
     NO_PERMISSION = ErrorKind(302, False, "PERMISSION_DENIED", "FORBIDDEN")
+    # EndTransaction of a transaction already committed, rolled back or given up.
+    TRANSACTION_ALREADY_ENDED = ErrorKind(303, False, "FAILED_PRECONDITION", "INVALID_TRANSACTION_ID")
     TOO_MANY_REQUESTS = ErrorKind(400, True, "RESOURCE_EXHAUSTED", "TOO_MANY_REQUESTS")
     DISK_FULL = ErrorKind(401, True, "RESOURCE_EXHAUSTED", "INTERNAL_SERVER_ERROR")
     # RocketMQ's SERVICE_NOT_AVAILABLE: a slave refuses writes (its master takes them).

@@ -34,10 +34,24 @@ MESSAGE_GROUP_LENGTH_MAX = 64
 # names, two message ids and an attempt count with their names and separators (at most 856 bytes;
 # see the unit test), so a message whose properties were accepted always has a DLQ copy that fits.
 DEAD_LETTER_PROPERTIES_BYTES_MAX = 1 * KiB
+# What parking a delay or transactional message in its system topic adds to its properties: its
+# real topic (a name), queue id and delivery time with their names and separators (at most 178 bytes).
+PARKED_PROPERTIES_BYTES_MAX = 256
 # Room kept in the properties for what the broker stores itself: message id, tag, keys, a dead
-# letter's origin.
+# letter's origin, a parked message's real topic.
 RESERVED_PROPERTIES_BYTES_MAX = (TAG_LENGTH_MAX + KEY_LENGTH_MAX * (KEYS_PER_MESSAGE_MAX + 1) + 64
-                                 + DEAD_LETTER_PROPERTIES_BYTES_MAX)
+                                 + DEAD_LETTER_PROPERTIES_BYTES_MAX + PARKED_PROPERTIES_BYTES_MAX)
+
+# Delay messages (broker/timers.py). The master's index of pending timers is on disk, a file for the
+# timers due in each span of this width: the timers of one span are in memory only while it is due
+# (a minute's worth), and a 3-day delay needs at most 4,320 files.
+TIMER_INDEX_FILE_MS = 60_000
+# Timers copied to their topics in one write (and named by one done record): a batch is one
+# quorum wait, and its done record stays far below a record's size (at most 20 bytes an offset).
+TIMER_DELIVER_BATCH = 512
+# Transactional messages (broker/transactions.py): the undecided half messages a master keeps in
+# memory (about 200 bytes each); past it a new half message is refused with TOO_MANY_REQUESTS.
+TRANSACTIONS_UNDECIDED_MAX = 1_000_000
 
 # Receiving. gRPC refuses an incoming message above 4 MiB unless the receiver raises its limit; the
 # official Node.js, C# and Rust clients keep that default (Java, Go, C++ and Python lift it). One

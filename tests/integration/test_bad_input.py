@@ -7,6 +7,7 @@ import uuid
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
@@ -47,8 +48,10 @@ def send(stub, *messages):
     (message(message_type=v5.MessageType.FIFO, message_group="g"), v5.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (message(message_type=v5.MessageType.FIFO, message_group="a\nb"), v5.Code.ILLEGAL_MESSAGE_GROUP),
     (message(message_type=v5.MessageType.FIFO, message_group="g" * 65), v5.Code.ILLEGAL_MESSAGE_GROUP),
-    (message(message_type=v5.MessageType.TRANSACTION), v5.Code.UNSUPPORTED),
-    (message(message_type=v5.MessageType.DELAY), v5.Code.UNSUPPORTED),
+    (message(message_type=v5.MessageType.TRANSACTION), v5.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (message(message_type=v5.MessageType.DELAY, delivery_timestamp=Timestamp(seconds=1)),
+     v5.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),  # a NORMAL topic: a delivery time on it is refused
+    (message(message_type=v5.MessageType.PRIORITY), v5.Code.UNSUPPORTED),
 ])
 def test_bad_message_gets_its_code_and_is_not_stored(stub, bad, code):
     response = send(stub, bad)

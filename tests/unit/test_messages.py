@@ -55,9 +55,33 @@ def test_rules():
     rejected(message(keys=[f"k{i}" for i in range(limits.KEYS_PER_MESSAGE_MAX + 1)]), Error.ILLEGAL_MESSAGE_KEY)
 
 
-@pytest.mark.parametrize("kind", [v5.MessageType.DELAY, v5.MessageType.TRANSACTION])
-def test_message_types_not_built_yet_are_refused(kind):
-    assert "not supported yet" in rejected(message(message_type=kind), Error.MESSAGE_TYPE_UNSUPPORTED)
+@pytest.mark.parametrize("kind", [v5.MessageType.LITE, v5.MessageType.PRIORITY])
+def test_message_types_not_built_are_refused(kind):
+    assert "not supported" in rejected(message(message_type=kind), Error.MESSAGE_TYPE_UNSUPPORTED)
+
+
+@pytest.mark.parametrize("seconds, nanos, deliver_ms", [
+    (1_795_316_046_612, 0, 1_795_316_046_612),  # the official Python client's milliseconds in `seconds`
+    (1_795_316_046, 612_000_000, 1_795_316_046_612),  # real seconds
+])
+def test_a_delay_message_carries_its_delivery_time_in_and_out(seconds, nanos, deliver_ms):
+    delay = message(message_type=v5.MessageType.DELAY)
+    stamp = delay.system_properties.delivery_timestamp
+    stamp.seconds, stamp.nanos = seconds, nanos
+    stored = messages.incoming(delay, 1024, explicit_queue=False)
+    assert stored.properties[properties.TIMER_DELIVER_MS] == str(deliver_ms)
+    out = messages.outgoing(StoredMessage("T", 0, 0, 0, 0, 0, 0, 0, "h", 0, "s", 0, stored.properties, b"x"))
+    assert (out.system_properties.delivery_timestamp.ToMilliseconds(), out.system_properties.message_type) == (
+        deliver_ms, v5.MessageType.DELAY)
+    assert properties.TIMER_DELIVER_MS not in out.user_properties
+
+
+def test_a_transactional_message_is_marked_and_takes_no_delivery_time():
+    stored = messages.incoming(message(message_type=v5.MessageType.TRANSACTION), 1024, explicit_queue=False)
+    assert stored.properties[properties.TRANSACTION] == "true"
+    both = message(message_type=v5.MessageType.TRANSACTION)
+    both.system_properties.delivery_timestamp.seconds = 1
+    rejected(both, Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
 
 
 def test_a_fifo_message_carries_its_group_in_and_out():

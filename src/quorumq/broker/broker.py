@@ -6,6 +6,8 @@
   broker/lease_log.py, broker/dead_letters.py);
 * metadata replication (broker/metadata.py): what slaves copy besides the log;
 * pulls (broker/pulls.py);
+* a master's delay messages and transactional messages (broker/timers.py, broker/transactions.py),
+  whose state is records in system topics, read afresh by each new master;
 * the role, here: a master streams its commit log to its slaves (replication/master.py) and, as a
   SYNC_MASTER, holds each send until the copies RIP-34 asks for hold it (core/quorum.py decides,
   spec rocketmq-ha.md 1.2). A slave follows its master (replication/slave.py) and refuses sends.
@@ -33,7 +35,9 @@ from quorumq.broker.metadata import MetadataSync, topic_config_pb
 from quorumq.broker.metrics import BrokerCounters
 from quorumq.broker.pulls import Arrivals, Pulls
 from quorumq.broker.send_path import PutResult, SendPath
+from quorumq.broker.timers import Timers
 from quorumq.broker.topics import Topics
+from quorumq.broker.transactions import Transactions
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config
@@ -89,6 +93,8 @@ class Broker:
         self.sends = SendPath(self)
         self.pulls = Pulls(self)
         self.dead_letters = DeadLetters(self)
+        self.timers = Timers(self)
+        self.transactions = Transactions(self)
         # What the endpoints, the admin service and the loops call.
         self.put, self.put_encoded = self.sends.put, self.sends.put_encoded
         self.accepts_sends, self.in_sync_replicas = self.sends.accepts_sends, self.sends.in_sync_replicas
@@ -126,8 +132,19 @@ class Broker:
         self.flusher.start()
         if self.replication is not None:
             await self.replication.start()
+            self._serve_parked()
+
+    def _serve_parked(self) -> None:
+        """As the master: read the delay and transactional messages its log holds, then serve them."""
+        self.timers.start()
+        self.transactions.start()
+
+    async def _stop_parked(self) -> None:
+        await self.timers.stop()
+        await self.transactions.stop()
 
     async def close(self) -> None:
+        await self._stop_parked()
         if self.replication is not None:
             await self.replication.stop()
         if self.slave is not None:
@@ -209,6 +226,7 @@ class Broker:
                 await self.replication.start()
             self._complete_sync_state_change()
             self.role_state = elected
+            self._serve_parked()
             self.topics_changed.set()  # register at once as the master
             log.warning("master of %s at epoch %d from offset %d (SyncStateSet %s)", self.config["brokerName"],
                         epoch, self.store.max_offset, sorted(sync_state_set))
@@ -224,6 +242,7 @@ class Broker:
             if following is None or self._older_than_log(epoch):
                 return False
             was_master = self.replication is not None
+            await self._stop_parked()
             if was_master:
                 # Waiting sends end as FLUSH_SLAVE_TIMEOUT: a deposed master acknowledges nothing more.
                 await self.replication.stop()
@@ -468,6 +487,8 @@ class Broker:
                        flushedOffset=self.store.flushed_offset, pendingMessages=self.sends.pending_messages,
                        topicCount=len(self.topics.all()), diskUsedRatio=round(self.store.disk_usage_ratio(), 4),
                        writable=self.writable, brokerRole=self.role.value, acceptsSends=self.accepts_sends())
+        figures.update(self.timers.figures, **self.transactions.figures,
+                       transactionsUndecided=self.transactions.undecided)
         if self.metrics is not None:
             figures["metricsAddress"] = "%s:%d" % metrics.address(self.config)
         if self.replication is not None:

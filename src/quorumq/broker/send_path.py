@@ -17,13 +17,16 @@ from typing import Callable, Iterable, Mapping
 from quorumq import limits
 from quorumq.core import codec
 from quorumq.core.codec import NAME_VALUE_SEPARATOR
-from quorumq.core.properties import DLQ_ORIGIN_TOPIC, MESSAGE_ID
+from quorumq.core.properties import DLQ_ORIGIN_TOPIC, MESSAGE_ID, REAL_QUEUE_ID, REAL_TOPIC, TIMER_DELIVER_MS
+from quorumq.core.properties import TRANSACTION as TRANSACTION_PROPERTY
 from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import AckPlan, BrokerRole, QuorumSettings, final_status, needs_copies, plan_put
 from quorumq.core.recent_sends import RecentSends, StoredCopy
 from quorumq.core.role import Phase
+from quorumq.core.timers import TIMER_TOPIC, check_delivery
+from quorumq.core.transactions import HALF_TOPIC
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import AppendResult, MessageIn, UnindexedAppend
+from quorumq.store import AppendResult, MessageIn, StoredMessage, UnindexedAppend
 
 log = logging.getLogger("quorumq.broker")
 
@@ -180,9 +183,42 @@ class SendPath:
             try:
                 message.queue_id = self._broker.topics.writable_queue(message.topic, message.queue_id,
                                                                       message.properties, dead_letters)
+                if not dead_letters:
+                    self._park(message)
             except QuorumqError as error:
                 refused.append((index, PutResult(None, error=error)))
         return refused
+
+    def _park(self, message: MessageIn) -> None:
+        """A delay message (broker/timers.py) or a transactional one (broker/transactions.py) is
+        stored in its system topic, its real topic and queue in its properties, until it is due or
+        committed."""
+        props = message.properties
+        if props.get(TRANSACTION_PROPERTY) == "true":
+            self._broker.transactions.check_room()
+            system_topic = HALF_TOPIC
+        elif TIMER_DELIVER_MS in props:
+            check_delivery(int(props[TIMER_DELIVER_MS]), self._broker.clock.now_ms(), self.config["timerMaxDelaySec"])
+            system_topic = TIMER_TOPIC
+        else:
+            return
+        message.properties = {**props, REAL_TOPIC: message.topic, REAL_QUEUE_ID: str(message.queue_id)}
+        message.topic, message.queue_id = system_topic, 0
+
+    async def put_records(self, records: list[MessageIn], noted: Callable[[AppendResult], None],
+                          answer_by: float | None = None) -> PutStatus:
+        """Append records the broker made, addressed already (due timers' copies and their done
+        record, a commit's copy and its op record), in one write, admitted and waited for as a send.
+        `noted(appended)` runs in the step of the append, also when the records reached the log
+        unindexed (a full disk). A refusal by admission raises, having stored nothing."""
+        plan = self._admit(len(records))
+        if plan.rejected:
+            raise QuorumqError(Error.SERVICE_NOT_AVAILABLE,
+                               f"not stored: {PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH.value}")
+        status, _, _ = await self._append(plan, len(records), Counter(record.topic for record in records),
+                                          lambda: _noted(lambda: self._broker.store.append(records), noted),
+                                          answer_by)
+        return status
 
     async def put_encoded(self, topic: str, queue_id: int, records: bytes, count: int, request_id: str = "",
                           answer_by: float | None = None) -> PutResult:
@@ -339,9 +375,14 @@ class SendPath:
 
     def _remember(self, batch: list[MessageIn], dead_letters: bool, appended: AppendResult) -> None:
         """Note the ids of what was just stored, before any wait, so a retry during the wait finds them."""
+        broker = self._broker
         for message, (_, queue_offset) in zip(batch, appended.offsets):
             self.recent_sends.add(_recent_id(message, dead_letters),
                                   StoredCopy(message.queue_id, queue_offset, appended.end_offset))
+            if message.topic == TIMER_TOPIC:
+                broker.timers.added(message, queue_offset)
+            elif message.topic == HALF_TOPIC:
+                broker.transactions.added(queue_offset)
 
     def forget_recent_sends(self) -> None:
         self.recent_sends = RecentSends()
@@ -372,6 +413,14 @@ def _recent_id(message: MessageIn, dead_letter: bool) -> str:
     if not (dead_letter and message_id):
         return message_id
     return NAME_VALUE_SEPARATOR.join((message.topic, message.properties.get(DLQ_ORIGIN_TOPIC, ""), message_id))
+
+
+def unparked(stored: StoredMessage) -> MessageIn:
+    """A parked message (SendPath._park) as a send to its real topic and queue."""
+    props = dict(stored.properties)
+    topic, queue_id = props.pop(REAL_TOPIC), int(props.pop(REAL_QUEUE_ID))
+    return MessageIn(topic=topic, queue_id=queue_id, body=stored.body, properties=props, flag=stored.flag,
+                     born_timestamp_ms=stored.born_timestamp_ms, born_host=stored.born_host)
 
 
 def _noted(append: Callable[[], AppendResult], note: Callable[[AppendResult], None]) -> AppendResult:

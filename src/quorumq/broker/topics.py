@@ -13,6 +13,8 @@ from quorumq.core.fifo import LEASE_TOPIC
 from quorumq.core.message_types import RecordRules, TopicMessageType, check_type_and_group, fifo_queue
 from quorumq.core.quorum import BrokerRole
 from quorumq.core.subscription import SubscriptionGroup
+from quorumq.core.timers import TIMER_TOPIC
+from quorumq.core.transactions import HALF_TOPIC, OP_TOPIC
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import PERM_READ, PERM_WRITE
 from quorumq.store import TopicConfig, TopicConfigs
@@ -69,7 +71,7 @@ class Topics:
         self._unconfirmed = {topic: made for topic, made in self._unconfirmed.items() if made > version}
 
     def update_topic(self, config: TopicConfig) -> TopicConfig:
-        _check_not_lease_topic(config.name)
+        _check_not_system_topic(config.name)
         old = self.configs.get(config.name)
         queues = self._queues + queue_count(config) - (queue_count(old) if old is not None else 0)
         if queues > limits.QUEUES_PER_BROKER_MAX:
@@ -207,7 +209,7 @@ class Topics:
         (broker/dead_letters.py) makes its DLQ topic whatever autoCreateTopicEnable says, as
         RocketMQ does, and goes there whatever its type (a FIFO message's keeps its group); a
         client's send to a DLQ topic keeps every rule."""
-        _check_not_lease_topic(topic)
+        _check_not_system_topic(topic)
         config = self.configs.get(topic)
         if dead_letter:
             config = config or self._make(topic, DLQ_QUEUES)
@@ -244,9 +246,14 @@ def _records_properties(records: bytes, count: int) -> list[dict[str, str]]:
         raise QuorumqError(Error.RECORD_CORRUPTED, f"the records do not parse: {exc}") from None
 
 
-def _check_not_lease_topic(topic: str) -> None:
-    if topic == LEASE_TOPIC:
-        raise QuorumqError(Error.ILLEGAL_TOPIC, f"{LEASE_TOPIC} holds the brokers' FIFO lease records: it takes no "
+# The topics the broker writes its own records to (broker/lease_log.py, timers.py, transactions.py).
+_SYSTEM_TOPICS = {LEASE_TOPIC: "FIFO lease records", TIMER_TOPIC: "pending delay messages",
+                  HALF_TOPIC: "undecided transactional messages", OP_TOPIC: "transaction decisions"}
+
+
+def _check_not_system_topic(topic: str) -> None:
+    if topic in _SYSTEM_TOPICS:
+        raise QuorumqError(Error.ILLEGAL_TOPIC, f"{topic} holds the brokers' {_SYSTEM_TOPICS[topic]}: it takes no "
                                                 "sends and is not a topic to make")
 
 

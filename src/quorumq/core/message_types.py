@@ -104,6 +104,9 @@ class RecordRules:
         else:
             props = codec.decode_properties(encoded[start:end])
         group = check_type_and_group(self.topic, self.topic_type, props)
+        if message_type(props) in (_DELAY, _TRANSACTION):
+            raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED, "SendBatch takes no delay or transactional messages: "
+                                                               "send them with SendMessage (the v5 protocol)")
         if group is not None and (queue := fifo_queue(group, self.write_queue_nums)) != self.queue_id:
             raise QuorumqError(Error.BAD_REQUEST, f"message group {group!r} goes to queue {queue} of topic "
                                                   f"{self.topic} on this broker, not {self.queue_id}")

@@ -22,22 +22,17 @@ from quorumq.broker.broker import Broker
 from quorumq.client.routes import open_channel
 from quorumq.core.quorum import BrokerRole
 from quorumq.endpoint.messaging import MessagingService
+from quorumq.protocol.v5 import forwarded_metadata
 
 UNARY = ("Heartbeat", "NotifyClientTermination", "QueryAssignment", "SendMessage", "AckMessage",
          "ChangeInvisibleDuration", "GetOffset", "UpdateOffset", "QueryOffset", "EndTransaction",
-         "ForwardMessageToDeadLetterQueue")
+         "ForwardMessageToDeadLetterQueue", "RecallMessage")
 SERVER_STREAMS = ("ReceiveMessage", "PullMessage")
 # How often a request whose master was unreachable looks for the next one: elections take tens of
 # ms after a master's death, and a look is one comparison.
 NEW_MASTER_POLL_S = 0.01
 # What a request keeps of the client's deadline for the call to the new master.
 NEW_MASTER_CALL_S = 0.5
-
-
-def _forwarded_metadata(context) -> tuple[tuple[str, str], ...]:
-    """The client's own headers (client id, language, namespace, ...), without gRPC's."""
-    return tuple((key, value) for key, value in context.invocation_metadata() or ()
-                 if not key.startswith((":", "grpc-")) and key not in ("user-agent", "te", "content-type"))
 
 
 class ForwardingMessagingService(MessagingService):
@@ -77,7 +72,7 @@ def _forward_unary(name: str):
         while (stub := self.master_stub()) is not None:
             try:
                 return await getattr(stub, name)(request, timeout=context.time_remaining(),
-                                                 metadata=_forwarded_metadata(context))
+                                                 metadata=forwarded_metadata(context))
             except grpc.aio.AioRpcError as exc:
                 if not await self.master_replaced(exc, context):
                     await context.abort(exc.code(),
@@ -96,7 +91,7 @@ def _forward_stream(name: str):
             answered = False
             try:
                 async for response in getattr(stub, name)(request, timeout=context.time_remaining(),
-                                                          metadata=_forwarded_metadata(context)):
+                                                          metadata=forwarded_metadata(context)):
                     answered = True
                     yield response
                 return

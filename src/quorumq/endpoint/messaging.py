@@ -5,6 +5,7 @@ and an unexpected failure is logged and answered INTERNAL_ERROR while the server
 """
 
 import asyncio
+import contextlib
 import functools
 import logging
 from typing import Awaitable, Callable
@@ -23,6 +24,8 @@ from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.put_status import PutStatus
 from quorumq.core.subscription import SubscriptionGroup
+from quorumq.core.timers import encode_recall_handle
+from quorumq.core.transactions import Decision, encode_transaction_id
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.v5 import (
@@ -43,10 +46,13 @@ log = logging.getLogger("quorumq.endpoint")
 
 EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"
 CODE_OK = v5.Code.OK  # enum look-ups through the generated wrapper are slow on the hot path
+CODE_NORMAL_TYPE = v5.MessageType.NORMAL
 POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
 ANSWER_MARGIN_S = 0.2  # end a send's flush and replica waits this long before the client's deadline
 LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
 _NO_GROUP = "-"  # settings that name no group get the defaults of a group
+# A producer's resolution; an unspecified one (its checker answered UNKNOWN) decides nothing.
+_DECISIONS = {v5.TransactionResolution.COMMIT: Decision.COMMIT, v5.TransactionResolution.ROLLBACK: Decision.ROLLBACK}
 
 
 def failure_status(exc: Exception, handler_name: str) -> v5.Status:
@@ -150,28 +156,55 @@ class MessagingService(UnservedMessagingService):
     async def Telemetry(self, request_iterator, context):
         """A refused setting (an illegal group, say) is answered on the stream by a command that
         carries only its status, which ends the Node.js client's startup with the error; the stream
-        stays open, so the client does not reopen it and ask again every second."""
+        stays open, so the client does not reopen it and ask again every second. A producer's
+        stream also carries the broker's transaction checks (broker/transactions.py)."""
+        outbox: asyncio.Queue = asyncio.Queue()  # what goes to the client; None ends the stream
+        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, context, outbox))
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read_telemetry(self, request_iterator, context, outbox: asyncio.Queue) -> None:
         session = None  # what the connection metrics count this stream as, once its settings came
         consumer_group = None  # the group whose live consumer this stream is (broker/consumers.py)
+        published: list[str] = []  # the topics this stream's producer publishes (transaction checks)
+
+        def check(half, transaction_id: str) -> None:
+            outbox.put_nowait(v5s.TelemetryCommand(
+                recover_orphaned_transaction_command=v5s.RecoverOrphanedTransactionCommand(
+                    message=messages.outgoing(half), transaction_id=transaction_id)))
+
         try:
             async for command in request_iterator:
-                if command.HasField("settings"):
-                    try:
-                        reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
-                    except Exception as exc:
-                        reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
-                    if session is None and self.broker.metrics is not None and reply.status.code == CODE_OK:
-                        session = self.broker.metrics.session_opened(command.settings, context.invocation_metadata())
-                    subscription = command.settings.subscription
-                    if consumer_group is None and reply.status.code == CODE_OK and subscription.group.name:
-                        consumer_group = group_name(subscription.group)
-                        self.broker.consumers.session_opened(consumer_group)
-                    yield reply
+                if not command.HasField("settings"):
+                    continue
+                try:
+                    reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
+                except Exception as exc:
+                    reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
+                accepted = reply.status.code == CODE_OK
+                if session is None and self.broker.metrics is not None and accepted:
+                    session = self.broker.metrics.session_opened(command.settings, context.invocation_metadata())
+                subscription = command.settings.subscription
+                if consumer_group is None and accepted and subscription.group.name:
+                    consumer_group = group_name(subscription.group)
+                    self.broker.consumers.session_opened(consumer_group)
+                if not published and accepted and command.settings.HasField("publishing"):
+                    published = [topic_name(topic) for topic in command.settings.publishing.topics]
+                    self.broker.transactions.producer_opened(published, check)
+                outbox.put_nowait(reply)
         finally:
             if session is not None:
                 self.broker.metrics.session_closed(session)
             if consumer_group is not None:
                 self.broker.consumers.session_closed(consumer_group)
+            if published:
+                self.broker.transactions.producer_closed(published, check)
+            outbox.put_nowait(None)
 
     def _settings_reply(self, settings: v5.Settings) -> v5.Settings:
         """Echo the client's settings with the broker's values laid over (grpc-client.md section 4)."""
@@ -243,10 +276,20 @@ class MessagingService(UnservedMessagingService):
             entry_status = _entry_status(result)
             if first_failure is None and entry_status.code != CODE_OK:
                 first_failure = entry_status
-            # RocketMQ's broker answers the message's client id as its transaction id, for every type.
-            message_id = message.system_properties.message_id
-            add_entry(status=entry_status, message_id=message_id, transaction_id=message_id,
-                      offset=max(result.queue_offset, 0))
+            # RocketMQ's broker answers the message's client id as its transaction id, for every
+            # type but a transaction's, whose id names its half message (a parked message's offset
+            # is in its system topic).
+            system = message.system_properties
+            message_id = system.message_id
+            entry = add_entry(status=entry_status, message_id=message_id, transaction_id=message_id,
+                              offset=max(result.queue_offset, 0))
+            if result.queue_offset >= 0 and system.message_type != CODE_NORMAL_TYPE:
+                if system.message_type == v5.MessageType.TRANSACTION:
+                    entry.transaction_id = encode_transaction_id(result.queue_offset)
+                elif system.HasField("delivery_timestamp"):
+                    entry.recall_handle = encode_recall_handle(topic_name(message.topic),
+                                                               self.broker.config["brokerName"],
+                                                               result.queue_offset, message_id)
         response.status.CopyFrom(first_failure or OK)
         return response
 
@@ -495,9 +538,17 @@ class MessagingService(UnservedMessagingService):
             offset = store.offset_for_timestamp(topic, queue_id, timestamp_ms)
         return v5s.QueryOffsetResponse(status=OK, offset=offset)
 
-    # Not built yet: refused with a clear code rather than half-served (the rest of v5.NOT_BUILT
-    # is refused by UnservedMessagingService).
+    # Transactions and delay messages.
 
     @answers(v5s.EndTransactionResponse)
     async def EndTransaction(self, request, context):
-        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED, "transactions are not supported yet")
+        await self.broker.transactions.end(topic_name(request.topic), request.message_id, request.transaction_id,
+                                           _DECISIONS.get(request.resolution),
+                                           answer_by(context, self.broker.clock))
+        return v5s.EndTransactionResponse(status=OK)
+
+    @answers(v5s.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        message_id = await self.broker.timers.recall(topic_name(request.topic), request.recall_handle,
+                                                     answer_by(context, self.broker.clock))
+        return v5s.RecallMessageResponse(status=OK, message_id=message_id)

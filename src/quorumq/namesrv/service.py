@@ -5,13 +5,17 @@ import asyncio
 import logging
 import re
 
+import grpc
 from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from quorumq import limits
+from quorumq.client.routes import open_channel
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.message_rules import check_name, quoted
+from quorumq.core.timers import decode_recall_handle
 from quorumq.errors import Error, QuorumqError
 from quorumq.grpc_errors import abort
 from quorumq.listen import RequestBound
@@ -110,13 +114,35 @@ def _check_address(address: str, what: str) -> None:
 
 
 class RouteOnlyMessagingService(v5.UnservedMessagingService):
-    """The v5 surface of the name server: QueryRoute only; the client sends everything else but
-    RecallMessage to the brokers named in the route (grpc-client.md section 1)."""
+    """The v5 surface of the name server: QueryRoute, and RecallMessage passed on to the broker
+    group its handle names; the client sends everything else to the brokers named in the route
+    (grpc-client.md section 1)."""
 
-    serving = "the name server, which answers QueryRoute only"
+    serving = "the name server, which answers QueryRoute and RecallMessage only"
 
     def __init__(self, registry: RouteRegistry) -> None:
         self.registry = registry
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def RecallMessage(self, request, context):
+        try:
+            topic = v5.topic_name(request.topic)
+            _, broker_name, _, _ = decode_recall_handle(request.recall_handle)
+            route = self.registry.route(topic)
+            data = next((data for data in route.brokers if data.broker_name == broker_name), None) if route else None
+            if data is None or data.serving_id not in data.addresses:
+                raise QuorumqError(Error.BROKER_NOT_FOUND, f"no broker {broker_name} serves topic {topic}")
+            address = data.addresses[data.serving_id]
+            if address not in self._channels:
+                self._channels[address] = open_channel(address)
+            stub = v5_grpc.MessagingServiceStub(self._channels[address])
+            return await stub.RecallMessage(request, timeout=context.time_remaining(),
+                                            metadata=v5.forwarded_metadata(context))
+        except QuorumqError as exc:
+            return v5s.RecallMessageResponse(status=v5.error_status(exc))
+        except grpc.aio.AioRpcError as exc:
+            return v5s.RecallMessageResponse(status=v5.status(
+                Error.SERVICE_NOT_AVAILABLE, f"broker {broker_name} did not answer: {exc.code().name}"))
 
     async def QueryRoute(self, request, context):
         try:

@@ -141,9 +141,15 @@ def backoff_policy(group: SubscriptionGroup) -> v5.RetryPolicy:
     return reply
 
 
+def forwarded_metadata(context) -> tuple[tuple[str, str], ...]:
+    """The client's own headers (client id, language, namespace, ...), without gRPC's: what a
+    request passed on to another server carries."""
+    return tuple((key, value) for key, value in context.invocation_metadata() or ()
+                 if not key.startswith((":", "grpc-")) and key not in ("user-agent", "te", "content-type"))
+
+
 # RPCs no quorumq process serves yet, and why.
 NOT_BUILT = {
-    "RecallMessage": "recalling delay messages is not supported yet",
     "SyncLiteSubscription": "lite topics are not supported yet",
 }
 
