@@ -166,13 +166,17 @@ class Timers:
     # The loop.
 
     async def _run(self) -> None:
-        await self._build()
         while True:
             try:
+                if not self._ready:
+                    await self._build()
                 await self._step()
+                continue
             except QuorumqError as error:  # refused before anything was stored (not the master, disk full)
                 log.warning("timers not delivered now, tried again: %s", error)
-                await asyncio.sleep(self._broker.config["timerPrecisionMs"] / 1000)
+            except Exception:  # a defect: said loudly, and the timers are tried again
+                log.exception("the timer loop failed; it goes on")
+            await asyncio.sleep(self._broker.config["timerPrecisionMs"] / 1000)
 
     async def _step(self) -> None:
         now = self._broker.clock.now_ms()

@@ -162,13 +162,16 @@ class Transactions:
     # The state, and the checks.
 
     async def _run(self) -> None:
-        await self._load()
         while True:
-            await asyncio.sleep(_LOOK_INTERVAL_S)
             try:
+                if not self._ready:
+                    await self._load()
                 await self._check_all()
             except QuorumqError as error:
                 log.warning("transaction checks not done now, tried again: %s", error)
+            except Exception:  # a defect: said loudly, and the checks go on
+                log.exception("the transaction checker failed; it goes on")
+            await asyncio.sleep(_LOOK_INTERVAL_S)
 
     async def _load(self) -> None:
         """The undecided half messages: every half message without an op record."""
