@@ -20,7 +20,7 @@ from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsu
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
-from rocketmq.v5.exception import UnsupportedException
+from rocketmq.v5.exception import BadRequestException
 
 from harness import check_for, log_end, log_since, official_message, process_of, v5_message, v5_send
 from node_client import NodeClient, NodeError
@@ -107,9 +107,9 @@ def test_send_receipt_carries_the_transaction_id(shared_cluster, producer):
 
 
 def test_recall_message_to_the_access_point_gets_a_v5_status(producer):
-    with pytest.raises(UnsupportedException) as refused:
+    with pytest.raises(BadRequestException) as refused:
         producer.recall_message(f"T{uuid.uuid4().hex[:8]}", "no-such-handle")
-    assert refused.value.code == v5.Code.NOT_IMPLEMENTED
+    assert refused.value.code == v5.Code.BAD_REQUEST and "INVALID_RECALL_HANDLE" in str(refused.value)
 
 
 @pytest.mark.parametrize("method", MESSAGING_METHODS, ids=[m.name for m in MESSAGING_METHODS])
@@ -125,7 +125,7 @@ def test_every_v5_rpc_to_the_name_server_gets_a_v5_status(shared_cluster, method
             [answer] = list(call(request, timeout=5))
         else:
             answer = call(request, timeout=5)
-    expected = v5.Code.ILLEGAL_TOPIC if method.name == "QueryRoute" else v5.Code.NOT_IMPLEMENTED
+    expected = v5.Code.ILLEGAL_TOPIC if method.name in ("QueryRoute", "RecallMessage") else v5.Code.NOT_IMPLEMENTED
     assert answer.status.code == expected, answer.status
     logged = log_since(namesrv, position)  # the process logs before it answers
     assert "Traceback" not in logged and len(logged.splitlines()) <= 1, logged
