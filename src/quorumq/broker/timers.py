@@ -182,9 +182,9 @@ class Timers:
         now = self._broker.clock.now_ms()
         span = now // limits.TIMER_INDEX_FILE_MS
         if span > self._span:
-            self._span = span
             for taken in sorted(file for file in self._files if file <= span):
                 self._take(taken)
+            self._span = span  # from now on, entries due by the span's end go to memory at once
         self._write_files()
         batch: list[tuple[int, int]] = []
         while self._due and self._due[0][0] <= now and len(batch) < limits.TIMER_DELIVER_BATCH:
