@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from controller_group import started_group
-from harness import SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer
+from harness import SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer, wait_registered
+from quorumq.client import AdminClient, Blocking
 
 
 @pytest.fixture
@@ -52,6 +53,20 @@ def shared_cluster(tmp_path_factory) -> dict:
         yield cluster.start()
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(shared_cluster):
+    """quorumq's admin client on the module's shared cluster."""
+    with Blocking(AdminClient, shared_cluster["access_point"]) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def masters(shared_cluster, admin) -> list[str]:
+    """The shared cluster's masters' addresses, once every broker is registered and answers."""
+    wait_registered(shared_cluster)
+    return [broker.address for broker in admin.brokers(masters_only=True)]
 
 
 @pytest.fixture(scope="module")

@@ -128,10 +128,11 @@ class Group(ReplicaGroupBase):
 
 
 @contextmanager
-def started_group(directory: Path, controllers: int, **options) -> Iterator[Group]:
-    """A controller-mode cluster of one group of three (`quorumq up` with SETS and LocalCluster's
-    other options) as a Group; every process stops when the block ends, whatever happened."""
-    cluster = LocalCluster(directory, replicas=3, controllers=controllers, sets=SETS, **options)
+def started_group(directory: Path, controllers: int, sets: dict[str, str] | None = None, **options) -> Iterator[Group]:
+    """A controller-mode cluster of one group of three (`quorumq up` with SETS, and `sets` over
+    them, and LocalCluster's other options) as a Group; every process stops when the block ends,
+    whatever happened."""
+    cluster = LocalCluster(directory, replicas=3, controllers=controllers, sets={**SETS, **(sets or {})}, **options)
     try:
         group = Group(cluster.start(timeout=90))
         group.cluster_file = cluster.directory / "cluster.json"

@@ -471,6 +471,17 @@ class RawConnection:
 
 # The official client, as an application uses it.
 
+def new_name(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+def typed_topic(admin, addresses: list[str], message_type: str, queues: int = 4) -> str:
+    """A new topic of the type on the brokers, as `updateTopic -a +message.type=TYPE` makes it."""
+    topic = new_name("T")
+    admin.update_topic_on(addresses, topic, queues, queues, message_type=message_type)
+    return topic
+
+
 def official_message(topic: str, body: bytes, tag: str | None = None, keys: str | None = None) -> Message:
     message = Message()
     message.topic = topic

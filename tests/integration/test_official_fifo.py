@@ -12,40 +12,19 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import check_for, official_message, receive_all
+from harness import check_for, new_name, official_message, receive_all, typed_topic
 from quorumq.broker.consumers import decode_handle
-from quorumq.client import AdminClient, Blocking, Message, Producer
+from quorumq.client import Blocking, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.message_types import fifo_queue
 from quorumq.core.subscription import EXPONENTIAL, RetryPolicy, SubscriptionGroup
 from quorumq.protocol.configs import group_to_pb
 
 
-def new_name(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="module")
-def admin(shared_cluster):
-    with Blocking(AdminClient, shared_cluster["access_point"]) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def masters(admin) -> list[str]:
-    return [broker.address for broker in admin.brokers(masters_only=True)]
-
-
 @pytest.fixture(scope="module")
 def stub(masters):
     with grpc.insecure_channel(masters[0]) as channel:
         yield v5_grpc.MessagingServiceStub(channel)
-
-
-def typed_topic(admin, masters, message_type: str, queues: int = 4) -> str:
-    topic = new_name("T")
-    admin.update_topic_on(masters, topic, queues, queues, message_type=message_type)
-    return topic
 
 
 def fifo_message(topic: str, body: bytes, group: str):
