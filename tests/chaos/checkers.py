@@ -1,6 +1,6 @@
-"""The checkers of the reliability spec (C1 to C8, C10, C11 for W4's topics and C12 for W6's FIFO
-consumption) over a run's history and the final read of every replica after healing. Pure: they
-read what they are given and judge.
+"""The checkers of the reliability spec (C1 to C8, C10, C11 for W4's topics, C12 for W6's FIFO
+consumption, C13 and C14 for W7's timers and transactions) over a run's history and the final
+read of every replica after healing. Pure: they read what they are given and judge.
 
 The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order, the
 final offsets each replica's name to the groups' committed offsets; `final_master` names the
@@ -407,6 +407,147 @@ def fifo(records: list[dict], max_attempts: int) -> Result:
                "never settled": len(unsettled), "dead-lettered early": len(early)}
     return Result("C12 FIFO", figures, ("out of order", "lost", "never settled", "dead-lettered early"),
                   _examples([*disorder, *lost, *unsettled, *early]))
+
+
+TIMER_PRECISION_MS = 1000  # timerPrecisionMs: a timer may become visible this long before its delivery time
+CLOCK_FAULT = "F12"
+# A timer a broker delivered early while its clock was jumped or drifting forward may reach a
+# consumer a little after the heal (its next receive); this long after it, none is excused.
+CLOCK_SETTLE_S = 10.0
+
+
+def commit_intended(value: str) -> bool:
+    """W7's rule: a transaction "x<i>-<seq>-<fate>" is to be committed when its fate ends so, by
+    the producer or by the checker that answers the broker's check (which never says otherwise)."""
+    return value.endswith("commit")
+
+
+def _clock_fault_windows(records: list[dict]) -> list[tuple[float, float]]:
+    """(from, to) monotonic times while some broker's clock was wrong (F12, alone or in F13),
+    and CLOCK_SETTLE_S after."""
+    windows, began = [], None
+    for r in records:
+        if r["process"] != "nemesis":
+            continue
+        if r["f"] == "fault" and r["value"]["fault"] == CLOCK_FAULT and began is None:
+            began = r["time"]
+        elif r["f"] == "heal" and began is not None:
+            windows.append((began, r["time"] + CLOCK_SETTLE_S))
+            began = None
+    return windows + ([(began, math.inf)] if began is not None else [])
+
+
+def _percentile(values: list[int], fraction: float) -> int | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def _deliveries(records: list[dict], f: str) -> tuple[dict[str, set[tuple[int, int]]], int]:
+    """Each value a receive `f` carried -> the (queue, offset) places it came from, and how many
+    deliveries there were in all."""
+    places: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    count = 0
+    for r in _completions(records, f, "ok"):
+        for message in r["messages"]:
+            places[message["value"]].add((message["queue"], message["offset"]))
+            count += 1
+    return places, count
+
+
+def timers(records: list[dict]) -> Result:
+    """C13 (W7): delay messages, judged on the consumers' wall clock (the client's own, which no
+    fault moves) against the delivery time the producer gave.
+
+    - "lost": an acknowledged timer never received;
+    - "delivered early": a receive that returned a timer more than TIMER_PRECISION_MS before its
+      delivery time (it was visible before the receive returned, so this errs toward passing),
+      unless it returned while a broker's clock was wrong (F12: a broker can only go by its own
+      clock), which is counted apart;
+    - "never sent": a timer received that no send attempted.
+
+    Figures: lateness, from the later of the delivery time and the send's acknowledgement (a
+    timer in the past is due at once) to the first receive that returned it, in ms; copies of
+    a timer past its first (stored twice, allowed around a failover) and redeliveries of one copy
+    (an ack that did not land)."""
+    deliver_ms = {r["value"]: r["deliver_ms"] for r in records if r["f"] == "timer-send" and r["type"] == "invoke"}
+    acked = {r["value"]: r["wall_ms"] for r in _completions(records, "timer-send", "ok")}
+    windows = _clock_fault_windows(records)
+    first: dict[str, int] = {}  # value -> wall ms when a receive first returned it
+    early, excused = [], 0
+    for r in _completions(records, "timer-receive", "ok"):
+        for message in r["messages"]:
+            value = message["value"]
+            first.setdefault(value, r["wall_ms"])
+            if value in deliver_ms and r["wall_ms"] < deliver_ms[value] - TIMER_PRECISION_MS:
+                if any(began <= r["time"] <= ended for began, ended in windows):
+                    excused += 1
+                else:
+                    early.append((value, deliver_ms[value] - r["wall_ms"]))
+    places, deliveries = _deliveries(records, "timer-receive")
+    lost = set(acked) - set(first)
+    never_sent = set(first) - set(deliver_ms)
+    late = [first[value] - max(deliver_ms[value], acked_ms) for value, acked_ms in acked.items() if value in first]
+    copies = sum(len(where) for where in places.values())
+    figures = {"acked": len(acked), "received": len(first), "lost": len(lost), "delivered early": len(early),
+               "early under a clock fault": excused, "never sent": len(never_sent),
+               "duplicate copies": copies - len(places), "redeliveries": deliveries - copies,
+               "late p50 ms": _percentile(late, 0.5), "late p99 ms": _percentile(late, 0.99),
+               "late max ms": max(late, default=None)}
+    return Result("C13 timers", figures, ("lost", "delivered early", "never sent"),
+                  _examples([*lost, *early, *never_sent]))
+
+
+def _outcomes(records: list[dict], f: str) -> list[tuple[dict, str]]:
+    """Each operation `f`: its invocation and how it ended ("info" when it never did)."""
+    ended = {r["op"]: r["type"] for r in records if r["f"] == f and r["type"] != "invoke"}
+    return [(r, ended.get(r["op"], "info")) for r in records if r["f"] == f and r["type"] == "invoke"]
+
+
+def transactions(records: list[dict]) -> Result:
+    """C14 (W7): transactional messages, each "x<i>-<seq>-<fate>" (commit_intended), decided by
+    its producer ("tx-end") or by the checker answering the broker's check ("tx-check").
+
+    - "rolled back but received": a transaction to be rolled back was received at all: nobody
+      ever commits one, so its send's or decisions' outcomes do not matter;
+    - "committed but never received": an acknowledged half message whose commit was
+      acknowledged (by the producer's EndTransaction or the checker's) never received;
+    - "never resolved": an acknowledged half message that no decision resolved: one to be
+      committed never received, one to be rolled back with no rollback that may have landed
+      (acknowledged, or of unknown outcome). The broker checks an undecided one until it is
+      decided (the runs set transactionCheckMax past what they can use up), and the checker
+      decides by the same rule, so each ends decided.
+
+    A send or decision of unknown outcome may go either way otherwise. Figures: half messages
+    acknowledged, decisions, transactions left to the check, checks and their UNKNOWN answers,
+    those resolved by a check (a COMMIT or ROLLBACK answer acknowledged), copies received twice
+    and redeliveries."""
+    half = {r["value"] for r in _completions(records, "tx-send", "ok")}
+    decisions = _outcomes(records, "tx-end")
+    checks = _outcomes(records, "tx-check")
+    places, deliveries = _deliveries(records, "tx-receive")
+    received = set(places)
+    decided = [(r["value"], r["resolution"], outcome) for r, outcome in [*decisions, *checks]]
+    committed = {value for value, resolution, outcome in decided if resolution == "commit" and outcome == "ok"}
+    rolled_back = {value for value, resolution, outcome in decided if resolution == "rollback" and outcome != "fail"}
+    resolved_by_check = {r["value"] for r, outcome in checks if outcome == "ok" and r["resolution"] != "unknown"}
+    bad = {value for value in received if not commit_intended(value)}
+    lost = (half & committed) - received
+    unresolved = {value for value in half - received - lost if commit_intended(value) or value not in rolled_back}
+    copies = sum(len(where) for where in places.values())
+    figures = {"half messages acked": len(half),
+               "committed by the producer": sum(o == "ok" and r["resolution"] == "commit" for r, o in decisions),
+               "rolled back by the producer": sum(o == "ok" and r["resolution"] == "rollback" for r, o in decisions),
+               "left to the check": len(half - {r["value"] for r, _ in decisions}),
+               "checks": len(checks), "answered unknown": sum(r["resolution"] == "unknown" for r, _ in checks),
+               "resolved by check": len(half & resolved_by_check), "received": len(received),
+               "duplicate copies": copies - len(places), "redeliveries": deliveries - copies,
+               "rolled back but received": len(bad), "committed but never received": len(lost),
+               "never resolved": len(unresolved)}
+    return Result("C14 transactions", figures,
+                  ("rolled back but received", "committed but never received", "never resolved"),
+                  _examples([*bad, *lost, *unresolved]))
 
 
 def split_brain(records: list[dict]) -> Result:

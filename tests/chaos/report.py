@@ -76,6 +76,45 @@ def fifo_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+TIMER_CHECK, TX_CHECK = "C13 timers", "C14 transactions"
+# W7's columns before and after the lateness: (checker, count, heading).
+TIMER_COLUMNS = ((TIMER_CHECK, "acked", "timers acked"), (TIMER_CHECK, "lost", "lost"),
+                 (TIMER_CHECK, "delivered early", "early"), (TIMER_CHECK, "early under a clock fault", "early (F12)"),
+                 (TIMER_CHECK, "duplicate copies", "timer duplicates"))
+TX_COLUMNS = ((TX_CHECK, "half messages acked", "transactions acked"),
+              (TX_CHECK, "committed by the producer", "committed"),
+              (TX_CHECK, "rolled back by the producer", "rolled back"),
+              (TX_CHECK, "left to the check", "left to the check"),
+              (TX_CHECK, "resolved by check", "resolved by check"), (TX_CHECK, "duplicate copies", "tx duplicates"),
+              (TX_CHECK, "rolled back but received", "rolled back, received"),
+              (TX_CHECK, "committed but never received", "committed, never received"),
+              (TX_CHECK, "never resolved", "never resolved"))
+LATENESS = ("late p50 ms", "late p99 ms", "late max ms")
+
+
+def timer_table(runs: list[dict]) -> str:
+    """W7's timers (C13) and transactions (C14), fault by fault: counts summed over the runs,
+    each lateness figure the worst run's."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for run in runs:
+        if TIMER_CHECK in run.get("checks", {}):
+            groups[run["fault"], run["profile"]].append(run)
+
+    def sums(group: list[dict], columns: tuple[tuple[str, str, str], ...]) -> str:
+        return " | ".join(f"{sum(check_count(r, check, count) for r in group):,}" for check, count, _ in columns)
+
+    headings = [heading for _, _, heading in TIMER_COLUMNS] + ["late p50 / p99 / max"] + [
+        heading for _, _, heading in TX_COLUMNS]
+    lines = ["| fault | settings | runs | " + " | ".join(headings) + " | failed runs |",
+             "|---" * (len(headings) + 4) + "|"]
+    for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
+        worst = [max((r["checks"][TIMER_CHECK][figure] or 0 for r in group), default=0) for figure in LATENESS]
+        lines.append(f"| {fault} | {profile}, W7 | {len(group)} | {sums(group, TIMER_COLUMNS)} | "
+                     f"{' / '.join(f'{ms:,}' for ms in worst)} ms | {sums(group, TX_COLUMNS)} | "
+                     f"{sum(not r['ok'] for r in group)} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     runs = [json.loads(line) for line in LEDGER.read_text().splitlines() if line.strip()] if LEDGER.exists() else []
     text = DOC.read_text()
@@ -87,6 +126,8 @@ def main() -> int:
     fifo_part = ""
     if any(FIFO_CHECK in run.get("checks", {}) for run in runs):
         fifo_part = f"\n\nThe FIFO group of the W6 runs (checker C12):\n\n{fifo_table(runs)}"
+    if any(TIMER_CHECK in run.get("checks", {}) for run in runs):
+        fifo_part += f"\n\nThe timers and transactions of the W7 runs (checkers C13 and C14):\n\n{timer_table(runs)}"
     DOC.write_text(f"{head}{BEGIN}\n{table(runs)}{fifo_part}\n{END}{tail}")
     print(f"{DOC}: {len(runs)} runs")
     return 0

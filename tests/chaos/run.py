@@ -1,11 +1,12 @@
 """One seeded chaos run: a controller-mode group of three brokers under the W3 send (idempotent
 producers; W1, plain ones, with --workload W1; W4, W3 beside admin churn of other topics; W6, W3
-beside the official client's FIFO producers and consumers) and W2 consume workloads (for F14:
+beside the official client's FIFO producers and consumers; W7, W3 beside its timers and
+transactions) and W2 consume workloads (for F14:
 the producers, one W2 group and W5, the replicator to a standby) and one fault kind of the B5
 matrix, then healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
-        [--workload W1|W4|W6] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
+        [--workload W1|W4|W6|W7] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
 
 Every run keeps its history, verdict and logs under its directory and prints the seed that replays
 its fault schedule; with --ledger each run appends one line to the ledger docs/reliability.md is
@@ -37,6 +38,8 @@ from checkers import (  # noqa: E402
     fifo,
     pipeline,
     summary,
+    timers,
+    transactions,
     translations,
     verdict_table,
 )
@@ -60,11 +63,14 @@ from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
 from workload import (  # noqa: E402
     CHURN_TOPICS,
     FIFO_RETRY_MAX_TIMES,
+    TIMER_TX_SETS,
     Consumers,
     FifoWorkload,
     Producers,
+    TimerWorkload,
     TopicChurn,
     prepare_fifo,
+    prepare_timers,
 )
 
 TOPIC = "ChaosTopic"
@@ -84,8 +90,10 @@ PROFILES = {
              "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true"},
 }
 # The producers: idempotent resends (same message id and queue), plain ones, or idempotent ones
-# beside W4's topics made, written and deleted in turn, or beside W6's FIFO topic and group.
-WORKLOADS = ("W3", "W1", "W4", "W6")
+# beside W4's topics made, written and deleted in turn, beside W6's FIFO topic and group, or beside
+# W7's timers and transactions (which set the brokers' transaction checks, TIMER_TX_SETS).
+WORKLOADS = ("W3", "W1", "W4", "W6", "W7")
+WORKLOAD_SETS = {"W7": TIMER_TX_SETS}
 
 
 @dataclass
@@ -129,7 +137,8 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     # Inherited by every process the run starts: F12 jumps clocks, F11 cuts logs to what was fsynced.
     os.environ.update({CLOCK_DIR_VARIABLE: str(clock_dir), FSYNC_LOG_VARIABLE: "1"})
     try:
-        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=PROFILES[profile],
+        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2,
+                               sets={**PROFILES[profile], **WORKLOAD_SETS.get(workload, {})},
                                base_port=base_port, broker_sets=network.broker_sets(),
                                zookeepers=3 if fault in ENSEMBLE_FAULTS else 1)
         try:
@@ -159,6 +168,8 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
         results.append(churn(records, churned, final_master, in_sync))
     if workload == "W6":
         results.append(fifo(records, max_attempts=FIFO_RETRY_MAX_TIMES + 1))
+    if workload == "W7":
+        results += [timers(records), transactions(records)]
     rows = {"fault": fault, "seed": seed, "profile": profile, "workload": workload, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
     if outcome.standby is not None:
@@ -201,13 +212,16 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         access_point = cluster.info["access_point"]
         if workload == "W6":  # raises FifoUnsupported on a cluster that does not serve FIFO yet
             prepare_fifo(access_point, cluster.info["cluster"], group.master()["address"])
+        if workload == "W7":  # raises TimersUnsupported on a cluster that does not serve them yet
+            prepare_timers(access_point, cluster.info["cluster"], group.master()["address"])
         consumers = Consumers(access_point, TOPIC, QUEUES, history, groups=1 if fault == PIPELINE else 2)
         producers = Producers(access_point, TOPIC, history, queues=None if workload == "W1" else QUEUES)
         workloads = [producers, consumers]
         if workload == "W4":
             workloads.append(TopicChurn(access_point, [broker["address"] for broker in group.brokers], history))
-        if workload == "W6":
-            workloads.append(FifoWorkload(";".join(broker["address"] for broker in group.brokers), history, seed))
+        if workload in ("W6", "W7"):
+            kind = FifoWorkload if workload == "W6" else TimerWorkload
+            workloads.append(kind(";".join(broker["address"] for broker in group.brokers), history, seed))
         if fault == PIPELINE:
             standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
             standby.start()

@@ -18,7 +18,7 @@ class AcknowledgingProducer:
     def __init__(self) -> None:
         self.sent = 0
 
-    def send(self, message) -> SimpleNamespace:
+    def send(self, message, transaction=None) -> SimpleNamespace:
         self.sent += 1
         return SimpleNamespace(message_id=f"id-{self.sent}", offset=self.sent)
 
