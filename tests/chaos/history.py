@@ -15,12 +15,13 @@ a completion repeats its invocation's process, f and value. Kinds the checkers r
     fifo-crash (value the consumer dropped, with the values it held); fifo-drain.
   W7 (timers and transactions): timer-send (value "d1-17"; the invocation has deliver_ms, the
     delivery time in wall ms; ok adds id, offset and wall_ms, the client's wall time of the ack);
-    tx-send (value "x0-5-<fate>", the transaction's fate; ok as a timer-send's); tx-end (the producer's decision: resolution
-    "commit" or "rollback") and tx-check (a checker's answer to the broker's check: resolution
-    "commit", "rollback" or "unknown"; completed by its EndTransaction's outcome); timer-receive
-    and tx-receive (value {"group"}; ok adds wall_ms, the client's wall time when it returned, and
-    messages [{"value", "id", "queue", "offset", "attempt", "deliver_ms"}]); tx-restart (a
-    transactional producer replaced by a new one; value its generation); timer-drain.
+    tx-send (value "x0-5-<fate>", the transaction's fate; ok as a timer-send's); tx-end (the
+    producer's decision: resolution "commit" or "rollback") and tx-check (a checker's answer to
+    the broker's check: resolution "commit", "rollback" or "unknown"; completed by its
+    EndTransaction's outcome); timer-receive and tx-receive (value {"group"}; ok adds wall_ms,
+    the client's wall time when it returned, and messages [{"value", "id", "queue", "offset",
+    "attempt", "deliver_ms"}]); tx-restart (a transactional producer replaced by a new one; value
+    its generation); timer-drain.
 Others (the nemesis's "fault" and "heal") are kept for the reader and the availability figures."""
 
 from __future__ import annotations
