@@ -20,6 +20,7 @@ import itertools
 import json
 import math
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -59,6 +60,7 @@ RETRY_PAUSE_S = 0.2
 CHURN_TOPICS = ("ChurnA", "ChurnB")
 CHURN_PERIOD_S = 3.0  # one topic made or deleted this often: a low rate beside the producers
 CHURN_SENDS = 5  # values sent to a topic each time it is made
+SETUP_TRIES = 3  # a setup admin command's tries
 
 
 class Workload:
@@ -361,6 +363,19 @@ def _poison(value: str) -> bool:
     return zlib.crc32(value.encode()) % POISON_EVERY == 0
 
 
+def _setup_admin(namesrv: str, cluster: str, *args) -> subprocess.CompletedProcess:
+    """`quorumq admin ARGS` of a run's setup (made again, they change nothing), tried again while a
+    broker does not answer in time: on a loaded machine W7's first updateTopic met a master that
+    took longer than the connection timeout (seed 7005: "connection attempt timed out before
+    receiving SETTINGS frame"), before any fault."""
+    for _ in range(SETUP_TRIES):
+        done = cli("admin", *args, "-n", namesrv, "-c", cluster)
+        if done.returncode == 0 or "UNAVAILABLE" not in done.stderr:
+            break
+        time.sleep(RETRY_PAUSE_S)
+    return done
+
+
 def prepare_fifo(namesrv: str, cluster: str, broker: str) -> None:
     """W6's FIFO topic and consumer group, made with the admin commands a user runs, and a look at
     whether `broker` serves dead letters. Raises FifoUnsupported when the cluster does not serve
@@ -369,7 +384,7 @@ def prepare_fifo(namesrv: str, cluster: str, broker: str) -> None:
     for args in (("updateTopic", "-t", FIFO_TOPIC, "-r", FIFO_QUEUES, "-w", FIFO_QUEUES, "-a", "+message.type=FIFO"),
                  ("updateSubGroup", "-g", FIFO_GROUP, "-o", "true", "-r", FIFO_RETRY_MAX_TIMES,
                   "-p", json.dumps(policy))):
-        done = cli("admin", *args, "-n", namesrv, "-c", cluster)
+        done = _setup_admin(namesrv, cluster, *args)
         if done.returncode == 2 and ("invalid choice" in done.stderr or "unrecognized arguments" in done.stderr):
             raise FifoUnsupported(f"quorumq admin {args[0]}: {done.stderr.strip().splitlines()[-1]}")
         if done.returncode != 0:
@@ -708,13 +723,19 @@ def prepare_timers(namesrv: str, cluster: str, broker: str) -> None:
     RuntimeError when an admin command failed."""
     for topic, kind in ((TIMER_TOPIC, "DELAY"), (ORDER_TOPIC, "TRANSACTION")):
         args = ("updateTopic", "-t", topic, "-r", TIMER_QUEUES, "-w", TIMER_QUEUES, "-a", f"+message.type={kind}")
-        done = cli("admin", *args, "-n", namesrv, "-c", cluster)
+        done = _setup_admin(namesrv, cluster, *args)
         if done.returncode != 0:
             raise RuntimeError(f"quorumq admin {' '.join(map(str, args))}: {done.stderr.strip()}")
     request = v5s.EndTransactionRequest(topic=v5.Resource(name=ORDER_TOPIC), message_id="probe",
                                         transaction_id="probe", resolution=v5.COMMIT, source=v5.SOURCE_CLIENT)
     with grpc.insecure_channel(broker) as channel:
-        answer = v5_grpc.MessagingServiceStub(channel).EndTransaction(request, timeout=SEND_TIMEOUT_S)
+        for tries_left in reversed(range(SETUP_TRIES)):
+            try:
+                answer = v5_grpc.MessagingServiceStub(channel).EndTransaction(request, timeout=SEND_TIMEOUT_S)
+                break
+            except grpc.RpcError:  # a loaded machine's broker late to answer, as in _setup_admin
+                if not tries_left:
+                    raise
     if answer.status.code in (Code.UNSUPPORTED, Code.NOT_IMPLEMENTED):
         raise TimersUnsupported(f"EndTransaction: {answer.status.message}")
 
