@@ -85,6 +85,15 @@ def read_messages(store: Store, topic: str, queue_id: int, offset: int, max_coun
     return result
 
 
+def read_one(store: Store, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+    """The message at `offset` of a queue, whatever the readable end; None when the store does not
+    hold it (retention took it, or a cut of the log)."""
+    result = store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX)
+    if result.status is GetStatus.FOUND and result.messages and result.messages[0].queue_offset == offset:
+        return result.messages[0]
+    return None
+
+
 def encode_handle(queue_id: int, offset: int, token: int) -> str:
     return f"{queue_id}:{offset}:{token:x}"
 
@@ -377,8 +386,7 @@ class ConsumerGroups:
         """A message handed out before; None once the store no longer holds it. Not bound by the
         readable end: a new master may not know yet that its members hold what the old one
         handed out, and a leased message must not be taken for gone."""
-        result = self.store.get_messages(topic, queue_id, offset, 1, limits.PULL_BYTES_MAX)
-        return result.messages[0] if result.status is GetStatus.FOUND and result.messages else None
+        return read_one(self.store, topic, queue_id, offset)
 
     def ack(self, group: str, topic: str, handle: str) -> bool:
         """Drop the lease `handle` holds (an ack, or its dead letter written). True when that ended

@@ -205,6 +205,19 @@ class SendPath:
         message.properties = {**props, REAL_TOPIC: message.topic, REAL_QUEUE_ID: str(message.queue_id)}
         message.topic, message.queue_id = system_topic, 0
 
+    def unpark(self, stored: StoredMessage) -> MessageIn:
+        """A due timer or a committed half message as a send to its topic, its queue checked again:
+        raises when the topic is gone or not writable; a queue the topic no longer has is replaced."""
+        message = unparked(stored)
+        topics = self._broker.topics
+        try:
+            message.queue_id = topics.writable_queue(message.topic, message.queue_id, message.properties, False)
+        except QuorumqError as error:
+            if error.error is not Error.BAD_REQUEST:
+                raise
+            message.queue_id = topics.writable_queue(message.topic, -1, message.properties, False)
+        return message
+
     async def put_records(self, records: list[MessageIn], noted: Callable[[AppendResult], None],
                           answer_by: float | None = None) -> PutStatus:
         """Append records the broker made, addressed already (due timers' copies and their done

@@ -23,7 +23,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from quorumq import limits
-from quorumq.broker.send_path import unparked
+from quorumq.broker.consumers import read_one
 from quorumq.core import properties
 from quorumq.core.put_status import PutStatus
 from quorumq.core.timers import (
@@ -210,14 +210,14 @@ class Timers:
         """Copy due timers to their topics, with their done record, in one write."""
         copies, offsets = [], []
         for deliver_ms, offset in batch:
-            stored = self._read(offset)
+            stored = read_one(self._broker.store, TIMER_TOPIC, 0, offset)
             if stored is None or DONE in stored.properties or deliver_ms_of(stored.properties) != deliver_ms:
                 # Retention took it, or a cut of the log put another record there (indexed on its own).
                 log.error("timer record at %d is no longer the one indexed: not delivered", offset)
                 self._mark_done([offset])
                 continue
             try:
-                copies.append(self._copy(stored))
+                copies.append(self._broker.sends.unpark(stored))
             except QuorumqError as error:
                 self.figures["timersDropped"] += 1
                 log.error("timer %s to topic %s dropped: %s", stored.properties.get(properties.MESSAGE_ID),
@@ -228,18 +228,6 @@ class Timers:
             self.figures["timersDelivered"] += len(copies)
             if status is not PutStatus.PUT_OK:
                 log.warning("%d timers delivered but not held as a send needs: %s", len(copies), status.value)
-
-    def _copy(self, stored: StoredMessage) -> MessageIn:
-        message = unparked(stored)
-        topics = self._broker.topics
-        try:
-            message.queue_id = topics.writable_queue(message.topic, message.queue_id, message.properties, False)
-        except QuorumqError as error:
-            if error.error is not Error.BAD_REQUEST:
-                raise
-            # The topic has fewer queues than when the timer was sent.
-            message.queue_id = topics.writable_queue(message.topic, -1, message.properties, False)
-        return message
 
     async def _record_done(self, offsets: list[int], why: str, copies: list[MessageIn],
                            answer_by: float | None = None) -> PutStatus:
@@ -253,11 +241,6 @@ class Timers:
 
         return await broker.sends.put_records(copies + [done], noted, answer_by)
 
-    def _read(self, offset: int) -> StoredMessage | None:
-        result = self._broker.store.get_messages(TIMER_TOPIC, 0, offset, 1, limits.PULL_BYTES_MAX)
-        if result.status is GetStatus.FOUND and result.messages and result.messages[0].queue_offset == offset:
-            return result.messages[0]
-        return None
 
     # Recall.
 
@@ -270,7 +253,7 @@ class Timers:
             raise QuorumqError(Error.INVALID_RECALL_HANDLE, f"the recall handle names broker {broker_name}, not "
                                                             f"{self._broker.config['brokerName']}")
         self.check_ready()
-        stored = self._read(offset)
+        stored = read_one(self._broker.store, TIMER_TOPIC, 0, offset)
         if stored is None or DONE in stored.properties or stored.properties.get(properties.MESSAGE_ID) != message_id:
             raise QuorumqError(Error.INVALID_RECALL_HANDLE, f"no delay message {message_id} is stored where the "
                                                             "recall handle says")

@@ -21,6 +21,7 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from quorumq import limits
+from quorumq.broker.consumers import read_one
 from quorumq.broker.send_path import unparked
 from quorumq.core import properties
 from quorumq.core.put_status import PutStatus
@@ -116,7 +117,7 @@ class Transactions:
         self._broker.sends.check_role()
         if not self._ready:
             raise QuorumqError(Error.SERVICE_NOT_AVAILABLE, "the master is reading its transactions; retry shortly")
-        half = self._read(HALF_TOPIC, offset)
+        half = read_one(self._broker.store, HALF_TOPIC, 0, offset)
         if (half is None or half.properties.get(properties.MESSAGE_ID) != message_id
                 or half.properties.get(properties.REAL_TOPIC) != topic):
             raise QuorumqError(Error.INVALID_TRANSACTION_ID, f"no half message {message_id} of topic {topic} has "
@@ -136,28 +137,12 @@ class Transactions:
     async def _decide(self, offset: int, half: StoredMessage, decision: Decision,
                       answer_by: float | None) -> PutStatus:
         broker = self._broker
-        copies = [self._copy(half)] if decision is Decision.COMMIT else []
+        copies = [self._broker.sends.unpark(half)] if decision is Decision.COMMIT else []
         op = MessageIn(topic=OP_TOPIC, queue_id=0, body=encode_op(offset, decision), properties={},
                        born_timestamp_ms=broker.clock.now_ms(), born_host=broker.address)
         return await broker.sends.put_records(copies + [op], lambda appended: self._undecided.pop(offset, None),
                                               answer_by)
 
-    def _copy(self, half: StoredMessage) -> MessageIn:
-        message = unparked(half)
-        topics = self._broker.topics
-        try:
-            message.queue_id = topics.writable_queue(message.topic, message.queue_id, message.properties, False)
-        except QuorumqError as error:
-            if error.error is not Error.BAD_REQUEST:
-                raise
-            message.queue_id = topics.writable_queue(message.topic, -1, message.properties, False)
-        return message
-
-    def _read(self, topic: str, offset: int) -> StoredMessage | None:
-        result = self._broker.store.get_messages(topic, 0, offset, 1, limits.PULL_BYTES_MAX)
-        if result.status is GetStatus.FOUND and result.messages and result.messages[0].queue_offset == offset:
-            return result.messages[0]
-        return None
 
     # The state, and the checks.
 
@@ -215,7 +200,7 @@ class Transactions:
             action = next_check(state.stored_ms, state.checks, state.last_check_ms, now, rules)
             if action is Check.WAIT or offset not in self._undecided:
                 continue
-            half = self._read(HALF_TOPIC, offset)
+            half = read_one(self._broker.store, HALF_TOPIC, 0, offset)
             if half is None:  # retention took it
                 self._undecided.pop(offset, None)
                 continue
