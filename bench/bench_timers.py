@@ -458,20 +458,24 @@ class Bench(bench_fifo.Bench):
         time.sleep(max(0.0, t0 / 1000 - time.time()))
         servers = bench_fifo.bf.ServerCpu(self.broker_pids)  # the brokers' CPU from the window's start
         servers.start()
+        machine0 = common._cpu_times()
         profile = self.workdir / "lateness-master-profile.txt"
         spy = common.py_spy_attach(opts.py_spy, self.master["pid"], profile) if opts.py_spy else None
         while consumers.alive() and consumers.count() < acked and time.time() < deadline:
             time.sleep(0.5)
         servers.stop()
+        (total0, idle0), (total1, idle1) = machine0, common._cpu_times()
+        seconds = time.time() - t0 / 1000
         if spy is not None:
             common.py_spy_stop(spy)
-        seconds = time.time() - t0 / 1000
         consumers.stop()
         self.figures["lateness"] = self.lateness_figures(t0, sent, consumers.join())
         late = self.figures["lateness"]
         late["window_seconds"] = round(seconds, 1)
         late["broker_cpu_share"] = [round(used / seconds, 2) for used in servers.per_pid()]
         late["consumer_cpu_share"] = [round((cpu or 0) / seconds, 2) for cpu in late.get("consumer_cpu_s", [])]
+        busy = ((total1 - total0) - (idle1 - idle0)) / os.sysconf("SC_CLK_TCK") / seconds
+        late["machine_busy_cores"] = round(busy, 2)  # every process's, of os.cpu_count()
         if spy is not None:
             late["master_profile"] = common.summarize_collapsed(profile)
 
@@ -668,7 +672,8 @@ class Bench(bench_fifo.Bench):
                                       f"{'/'.join(map(str, late['p50_ms_by_due_bucket']))} ms; "
                                       f"CPU from the window's start to the last receive, in cores: master/slaves "
                                       f"{'/'.join(map(str, late['broker_cpu_share']))}, consumer processes "
-                                      f"{'/'.join(map(str, late['consumer_cpu_share']))}; "
+                                      f"{'/'.join(map(str, late['consumer_cpu_share']))}, every process "
+                                      f"{late['machine_busy_cores']} of {os.cpu_count()}; "
                                       f"sends {late['send_rate']:,.0f} msg/s, in "
                                       f"{late['sends_in_before_window_s']} s before the window"
                                       + (f"; {late['acked_after_due']} acked after due" if late["acked_after_due"]
