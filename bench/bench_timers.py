@@ -164,8 +164,12 @@ def w_receive_timers(args):
     state = {"duplicates": 0, "acks_failed": 0, "receives_failed": 0, "last_error": None,
              "delivery_timestamp_differs": 0}
 
+    receives: list[tuple[float, int]] = []  # the receive calls that got messages: seconds, messages
+    acks: list[float] = []  # seconds of each ack call
+
     def consume(consumer) -> None:
         while not stop_file.exists() and time.time() < args["deadline"]:
+            asked = time.perf_counter()
             try:
                 messages = consumer.receive(args["batch"], INVISIBLE_S)
             except Exception as error:  # noqa: BLE001 - counted and reported
@@ -174,6 +178,8 @@ def w_receive_timers(args):
                     state["last_error"] = repr(error)
                 continue
             received = time.time() * 1000
+            if messages:
+                receives.append((time.perf_counter() - asked, len(messages)))
             for message in messages:
                 index, due, _ = message.body.split(b":", 2)
                 with lock:
@@ -183,12 +189,14 @@ def w_receive_timers(args):
                         # 5.1.2 reads the store timestamp but has no property for it.
                         seen[int(index)] = (received, int(due), message._Message__store_timestamp)
                     state["delivery_timestamp_differs"] += message.delivery_timestamp != int(due)
+                began = time.perf_counter()
                 try:
                     consumer.ack(message)
                 except Exception as error:  # noqa: BLE001 - counted and reported
                     with lock:
                         state["acks_failed"] += 1
                         state["last_error"] = repr(error)
+                acks.append(time.perf_counter() - began)
 
     def report_count() -> None:
         while not stop_file.exists() and time.time() < args["deadline"]:
@@ -207,7 +215,8 @@ def w_receive_timers(args):
     cpu_s = round(time.process_time() - cpu0[0], 2) if cpu0 else None
     for consumer in consumers:
         bench_fifo.bf._quiet_shutdown(consumer)
-    return {**state, "cpu_s": cpu_s, "messages": [[index, *values] for index, values in seen.items()]}
+    return {**state, "cpu_s": cpu_s, "messages": [[index, *values] for index, values in seen.items()],
+            "receives": receives, "acks": acks}
 
 
 def w_send_sync(args):
@@ -514,6 +523,11 @@ class Bench(bench_fifo.Bench):
                for k in ("acks_failed", "receives_failed", "delivery_timestamp_differs")},
             "last_error": next((r["last_error"] for r in received if r["last_error"]), None),
             "consumer_cpu_s": [r["cpu_s"] for r in received],
+            **{f"receive_{k}": v for k, v in common.latency_summary(
+                [seconds for r in received for seconds, _ in r["receives"]]).items()},
+            "messages_a_receive": round(sum(n for r in received for _, n in r["receives"])
+                                        / max(1, sum(len(r["receives"]) for r in received)), 1),
+            **{f"ack_{k}": v for k, v in common.latency_summary([x for r in received for x in r["acks"]]).items()},
             "p50_ms_by_due_bucket": [round(common.percentile(sorted(buckets[b]), 50)) for b in sorted(buckets)],
         }
 
@@ -673,7 +687,10 @@ class Bench(bench_fifo.Bench):
                                       f"CPU from the window's start to the last receive, in cores: master/slaves "
                                       f"{'/'.join(map(str, late['broker_cpu_share']))}, consumer processes "
                                       f"{'/'.join(map(str, late['consumer_cpu_share']))}, every process "
-                                      f"{late['machine_busy_cores']} of {os.cpu_count()}; "
+                                      f"{late['machine_busy_cores']} of {os.cpu_count()}; a receive that got "
+                                      f"messages p50/p99 {late['receive_p50_ms']:.0f}/{late['receive_p99_ms']:.0f} ms, "
+                                      f"{late['messages_a_receive']} messages; an ack p50/p99 "
+                                      f"{late['ack_p50_ms']:.1f}/{late['ack_p99_ms']:.1f} ms; "
                                       f"sends {late['send_rate']:,.0f} msg/s, in "
                                       f"{late['sends_in_before_window_s']} s before the window"
                                       + (f"; {late['acked_after_due']} acked after due" if late["acked_after_due"]
