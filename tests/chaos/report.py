@@ -79,7 +79,8 @@ def fifo_table(runs: list[dict]) -> str:
 TIMER_CHECK, TX_CHECK = "C13 timers", "C14 transactions"
 # W7's columns before and after the lateness: (checker, count, heading).
 TIMER_COLUMNS = ((TIMER_CHECK, "acked", "timers acked"), (TIMER_CHECK, "lost", "lost"),
-                 (TIMER_CHECK, "delivered early", "early"), (TIMER_CHECK, "early under a clock fault", "early (F12)"),
+                 (TIMER_CHECK, "delivered early", "early"),
+                 (TIMER_CHECK, "early under a clock fault", "early (clock fault)"),
                  (TIMER_CHECK, "duplicate copies", "timer duplicates"))
 TX_COLUMNS = ((TX_CHECK, "half messages acked", "transactions acked"),
               (TX_CHECK, "committed by the producer", "committed"),
