@@ -50,7 +50,10 @@ _LOOK_INTERVAL_S = 1.0  # how often the checker looks for half messages to check
 
 @dataclass(slots=True)
 class _Undecided:
-    stored_ms: int  # when the half message was stored (wall clock: what a new master reads from the record)
+    # When the half message was stored and last checked, on the monotonic clock (a wall-clock jump
+    # must neither hold a check back nor hurry it): a record read at load is as old as its store
+    # timestamp says.
+    stored_ms: int
     checks: int = 0
     last_check_ms: int | None = None
 
@@ -90,9 +93,10 @@ class Transactions:
                                                         "undecided on this broker; end some first")
 
     def added(self, offset: int) -> None:
-        """The send path appended a half message at `offset`."""
-        if self._ready:
-            self._undecided[offset] = _Undecided(self._broker.clock.now_ms())
+        """The send path appended a half message at `offset` (also while the master reads its
+        topics: `_load` keeps what was added meanwhile)."""
+        if self._task is not None:
+            self._undecided[offset] = _Undecided(self._broker.clock.monotonic_ms())
 
     # Producers.
 
@@ -160,10 +164,12 @@ class Transactions:
 
     async def _load(self) -> None:
         """The undecided half messages: every half message without an op record."""
-        started = self._broker.clock.monotonic()
+        clock = self._broker.clock
+        started = clock.monotonic()
         undecided: dict[int, _Undecided] = {}
         async for message in self._records(HALF_TOPIC):
-            undecided[message.queue_offset] = _Undecided(message.store_timestamp_ms)
+            age_ms = max(clock.now_ms() - message.store_timestamp_ms, 0)
+            undecided[message.queue_offset] = _Undecided(clock.monotonic_ms() - age_ms)
         async for message in self._records(OP_TOPIC):
             try:
                 offset, _ = decode_op(message.body)
@@ -171,8 +177,8 @@ class Transactions:
                 log.error("transaction op record at %d skipped: %s", message.queue_offset, exc)
                 continue
             undecided.pop(offset, None)
-        # Half messages appended meanwhile were read: the send path records them from now on.
-        self._undecided, self._ready = undecided, True
+        # Half messages appended meanwhile (`added`) are undecided too: decisions wait for the load.
+        self._undecided, self._ready = {**undecided, **self._undecided}, True
         log.info("transactions read in %.3f s: %d undecided", self._broker.clock.monotonic() - started,
                  len(undecided))
 
@@ -195,7 +201,7 @@ class Transactions:
         config = self._broker.config
         rules = CheckRules(config["transactionTimeOut"], config["transactionCheckInterval"],
                            config["transactionCheckMax"])
-        now = self._broker.clock.now_ms()
+        now = self._broker.clock.monotonic_ms()
         for offset, state in list(self._undecided.items()):
             action = next_check(state.stored_ms, state.checks, state.last_check_ms, now, rules)
             if action is Check.WAIT or offset not in self._undecided:
@@ -221,7 +227,7 @@ class Transactions:
         streams = list(self._producers.get(message.topic, {}).values())
         self.figures["transactionChecks"] += 1
         if not streams:
-            log.info("transaction %s of topic %s: no live producer to check with", encode_transaction_id(offset),
+            log.debug("transaction %s of topic %s: no live producer to check with", encode_transaction_id(offset),
                      message.topic)
             return
         self._turn += 1
