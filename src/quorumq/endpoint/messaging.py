@@ -46,7 +46,7 @@ log = logging.getLogger("quorumq.endpoint")
 
 EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"
 CODE_OK = v5.Code.OK  # enum look-ups through the generated wrapper are slow on the hot path
-CODE_NORMAL_TYPE = v5.MessageType.NORMAL
+TRANSACTION_TYPE = v5.MessageType.TRANSACTION
 POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline
 ANSWER_MARGIN_S = 0.2  # end a send's flush and replica waits this long before the client's deadline
 LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired leases
@@ -283,8 +283,8 @@ class MessagingService(UnservedMessagingService):
             message_id = system.message_id
             entry = add_entry(status=entry_status, message_id=message_id, transaction_id=message_id,
                               offset=max(result.queue_offset, 0))
-            if result.queue_offset >= 0 and system.message_type != CODE_NORMAL_TYPE:
-                if system.message_type == v5.MessageType.TRANSACTION:
+            if result.queue_offset >= 0:
+                if system.message_type == TRANSACTION_TYPE:
                     entry.transaction_id = encode_transaction_id(result.queue_offset)
                 elif system.HasField("delivery_timestamp"):
                     entry.recall_handle = encode_recall_handle(topic_name(message.topic),
