@@ -16,7 +16,10 @@ transactional messages). Bodies of `--body-size` (1 KiB) bytes; topics of `--que
       time its receive call returned minus its due time (both ms, one machine's clock; the due time
       travels in the body); one received before its due time is counted early. Also the broker's
       side alone: the received message's store timestamp (when the broker wrote the delivered copy)
-      minus its due time. Target: p99 <= timerPrecisionMs + 250 ms.
+      minus its due time. Target: p99 <= timerPrecisionMs + 250 ms. Then the same again on a second
+      topic with quorumq's own PullConsumer in place of the official consumers (`--consumers-kind`):
+      one process long-polling each queue with PullBatch, no acks (it reads by offset), so the figure
+      is the broker's delivery seen by a consumer that keeps up, beside the official client's.
   (c) memory: the master's RSS (/proc/PID/status: VmRSS, and RssAnon, its heap) fresh, before (a);
       after (b), every timer delivered ("live, 0 pending"); then the master is restarted ("restarted,
       0 pending"), `--fill-processes` processes send `--fill-timers` delay messages due 1 to 2 hours
@@ -33,7 +36,7 @@ transactional messages). Bodies of `--body-size` (1 KiB) bytes; topics of `--que
 Every client runs in fresh Python processes; the servers are stopped by pid at the end, also on
 failure or SIGINT. The bench never asserts: it prints one table and writes bench/results/bench_timers.json.
 
-    .venv/bin/python bench/bench_timers.py                    # what make bench-timers runs, about 15 minutes
+    .venv/bin/python bench/bench_timers.py                    # what make bench-timers runs, about 16 minutes
     .venv/bin/python bench/bench_timers.py --timers 5000 --window 10 --fill-timers 20000 --seconds 2  # a check
 """
 
@@ -72,8 +75,13 @@ BUCKET_S = 10  # (b)'s lateness p50 by this many seconds of due time
 SAMPLE_EVERY_S = 5.0  # the master's RSS and pending timers while the fill runs
 RESTART_TIMEOUT_S = 600.0
 WARMUP = 50  # sends of each sync measurement before its clock starts
-TOPICS = {"timers": ("BenchTimers", "DELAY"), "fill": ("BenchTimersPending", "DELAY"),
-          "plain": ("BenchPlain", "NORMAL"), "transaction": ("BenchOrders", "TRANSACTION")}
+TOPICS = {"timers": ("BenchTimers", "DELAY"), "timers-pull": ("BenchTimersPull", "DELAY"),
+          "fill": ("BenchTimersPending", "DELAY"), "plain": ("BenchPlain", "NORMAL"),
+          "transaction": ("BenchOrders", "TRANSACTION")}
+CONSUMER_KINDS = {  # (b)'s consumers: worker kind and topic
+    "official": ("receive-timers", TOPICS["timers"][0]),
+    "pull": ("pull-timers", TOPICS["timers-pull"][0]),
+}
 GROUP = "BenchTimersGroup"
 
 
@@ -219,6 +227,60 @@ def w_receive_timers(args):
             "receives": receives, "acks": acks}
 
 
+def w_pull_timers(args):
+    """quorumq's PullConsumer long-polling each queue of `topic` from offset 0 with PullBatch until
+    the stop file exists or `deadline`, one task a queue; w_receive_timers's figures (no acks)."""
+    from quorumq.client import PullConsumer
+
+    run_dir = Path(args["run_dir"])
+    stop_file, count_file = run_dir / "stop", run_dir / f"count-{args['index']}"
+    seen: dict[int, tuple[float, int, float | None]] = {}  # index -> receive ms, due ms, store ms
+    state = {"duplicates": 0, "acks_failed": 0, "receives_failed": 0, "last_error": None,
+             "delivery_timestamp_differs": 0}
+    receives: list[tuple[float, int]] = []
+
+    async def drain(consumer, queue_id: int) -> None:
+        offset = 0
+        while not stop_file.exists() and time.time() < args["deadline"]:
+            asked = time.perf_counter()
+            try:
+                result = await consumer.pull(args["topic"], queue_id, offset, args["batch"], AWAIT_S)
+            except Exception as error:  # noqa: BLE001 - counted and reported
+                state["receives_failed"] += 1
+                state["last_error"] = repr(error)
+                continue
+            received = time.time() * 1000
+            if result.messages:
+                receives.append((time.perf_counter() - asked, len(result.messages)))
+            for message in result.messages:
+                index, due, _ = message.body.split(b":", 2)
+                if int(index) in seen:
+                    state["duplicates"] += 1
+                else:
+                    seen[int(index)] = (received, int(due), message.store_timestamp_ms)
+            offset = result.next_offset
+
+    async def report_count() -> None:
+        while not stop_file.exists() and time.time() < args["deadline"]:
+            count_file.write_text(str(len(seen)))
+            await asyncio.sleep(0.5)
+
+    async def main() -> float:
+        async with PullConsumer(args["access_point"], args["group"]) as consumer:
+            queues = await consumer.queues(args["topic"])
+            t0 = int(_wait_go(args)) / 1000
+            await asyncio.sleep(max(0.0, t0 - time.time()))
+            cpu0 = time.process_time()
+            counting = asyncio.create_task(report_count())
+            await asyncio.gather(*(drain(consumer, queue.queue_id) for queue in queues))
+            counting.cancel()
+            return time.process_time() - cpu0
+
+    cpu_s = round(asyncio.run(main()), 2)
+    return {**state, "cpu_s": cpu_s, "messages": [[index, *values] for index, values in seen.items()],
+            "receives": receives, "acks": []}
+
+
 def w_send_sync(args):
     """One official Producer shared by `threads` threads, each sending one message at a time for
     `seconds` (after WARMUP sends): a plain send, or with args["transaction"] begin_transaction,
@@ -298,7 +360,8 @@ def w_send_sync(args):
     return result
 
 
-WORKERS = {"send-timers": w_send_timers, "receive-timers": w_receive_timers, "send-sync": w_send_sync}
+WORKERS = {"send-timers": w_send_timers, "receive-timers": w_receive_timers, "pull-timers": w_pull_timers,
+           "send-sync": w_send_sync}
 
 
 # ==================================================================================================
@@ -438,24 +501,25 @@ class Bench(bench_fifo.Bench):
 
     # ---- (b) delivery lateness ------------------------------------------------------------------------
 
-    def lateness(self) -> None:
+    def lateness(self, kind: str) -> None:
         opts = self.opts
         lead = opts.lead if opts.lead is not None else opts.timers / 1500 + 20
         window_ms = int(opts.window * 1000)
         deadline = time.time() + READY_TIMEOUT_S + lead + opts.window + opts.grace
-        topic = TOPICS["timers"][0]
-        consumers = Gang(self, "lateness-consumers", "receive-timers", {
+        worker, topic = CONSUMER_KINDS[kind]
+        consumers = Gang(self, f"lateness-{kind}-consumers", worker, {
             "access_point": self.access_point, "topic": topic, "group": GROUP, "consumers": opts.consumers,
-            "batch": opts.receive_batch, "deadline": deadline}, opts.consumer_processes,
+            "batch": opts.receive_batch, "deadline": deadline}, opts.consumer_processes if kind == "official" else 1,
             timeout=deadline - time.time() + 120)
-        senders = Gang(self, "lateness-senders", "send-timers", {
+        senders = Gang(self, f"lateness-{kind}-senders", "send-timers", {
             "access_point": self.access_point, "topic": topic, "total": opts.timers, "window_ms": window_ms,
             "window": opts.send_window, "body_size": opts.body_size}, opts.sender_processes,
             timeout=deadline - time.time() + 120)
-        print(f"  lateness: {opts.timers:,} timers due over {opts.window:g} s from {lead:.0f} s after the "
-              "sends begin ...", flush=True)
+        print(f"  lateness, {kind} consumers: {opts.timers:,} timers due over {opts.window:g} s from {lead:.0f} s "
+              "after the sends begin ...", flush=True)
+        key = f"lateness_{kind}"
         if not (consumers.ready() and senders.ready()):  # with no go file, each ends on its own
-            self.figures["lateness"] = {"error": f"the workers did not start (see {self.log})",
+            self.figures[key] = {"error": f"the workers did not start (see {self.log})",
                                         "senders": senders.join(), "consumers": consumers.join()}
             return
         t0 = int((time.time() + lead) * 1000)
@@ -468,7 +532,7 @@ class Bench(bench_fifo.Bench):
         servers = bench_fifo.bf.ServerCpu(self.broker_pids)  # the brokers' CPU from the window's start
         servers.start()
         machine0 = common._cpu_times()
-        profile = self.workdir / "lateness-master-profile.txt"
+        profile = self.workdir / f"lateness-{kind}-master-profile.txt"
         spy = common.py_spy_attach(opts.py_spy, self.master["pid"], profile) if opts.py_spy else None
         while consumers.alive() and consumers.count() < acked and time.time() < deadline:
             time.sleep(0.5)
@@ -478,8 +542,8 @@ class Bench(bench_fifo.Bench):
         if spy is not None:
             common.py_spy_stop(spy)
         consumers.stop()
-        self.figures["lateness"] = self.lateness_figures(t0, sent, consumers.join())
-        late = self.figures["lateness"]
+        self.figures[key] = self.lateness_figures(t0, sent, consumers.join())
+        late = self.figures[key]
         late["window_seconds"] = round(seconds, 1)
         late["broker_cpu_share"] = [round(used / seconds, 2) for used in servers.per_pid()]
         late["consumer_cpu_share"] = [round((cpu or 0) / seconds, 2) for cpu in late.get("consumer_cpu_s", [])]
@@ -624,8 +688,9 @@ class Bench(bench_fifo.Bench):
                     print("transactions against plain sends", flush=True)
                     self.transactions()
                 if "lateness" in opts.parts:
-                    print("delivery lateness", flush=True)
-                    self.lateness()
+                    for kind in opts.consumers_kind:
+                        print("delivery lateness", flush=True)
+                        self.lateness(kind)
                 if "memory" in opts.parts:
                     print("memory with pending timers", flush=True)
                     self.sample("live, 0 pending")
@@ -668,11 +733,15 @@ class Bench(bench_fifo.Bench):
                 if res["errors"]:
                     note += f"; errors {res['errors']}"
                 rows.append({**row, "result": f"{common.fmt_rate(res['rate'])} msg/s{vs}", "note": note})
-        late = f.get("lateness")
-        if late is not None:
+        consumers = {"official": f"{opts.consumer_processes} x {opts.consumers} SimpleConsumers, "
+                                 f"receive({opts.receive_batch}), an ack each",
+                     "pull": f"quorumq PullConsumer, a long-polling PullBatch({opts.receive_batch}) a queue"}
+        for kind, described in consumers.items():
+            late = f.get(f"lateness_{kind}")
+            if late is None:
+                continue
             row = {"measurement": f"delivery lateness, {opts.timers:,} timers due over {opts.window:g} s "
-                                  f"({opts.sender_processes} send_async processes, {opts.consumer_processes} x "
-                                  f"{opts.consumers} SimpleConsumers, receive({opts.receive_batch}))"}
+                                  f"({opts.sender_processes} send_async processes; {described})"}
             if "error" in late:
                 rows.append({**row, "result": "ERROR", "note": late["error"]})
             else:
@@ -689,9 +758,10 @@ class Bench(bench_fifo.Bench):
                                       f"{'/'.join(map(str, late['consumer_cpu_share']))}, every process "
                                       f"{late['machine_busy_cores']} of {os.cpu_count()}; a receive that got "
                                       f"messages p50/p99 {late['receive_p50_ms']:.0f}/{late['receive_p99_ms']:.0f} ms, "
-                                      f"{late['messages_a_receive']} messages; an ack p50/p99 "
-                                      f"{late['ack_p50_ms']:.1f}/{late['ack_p99_ms']:.1f} ms; "
-                                      f"sends {late['send_rate']:,.0f} msg/s, in "
+                                      f"{late['messages_a_receive']} messages; "
+                                      + (f"an ack p50/p99 {late['ack_p50_ms']:.1f}/{late['ack_p99_ms']:.1f} ms; "
+                                         if late["ack_samples"] else "")
+                                      + f"sends {late['send_rate']:,.0f} msg/s, in "
                                       f"{late['sends_in_before_window_s']} s before the window"
                                       + (f"; {late['acked_after_due']} acked after due" if late["acked_after_due"]
                                          else "")
@@ -776,6 +846,8 @@ def main():
     p.add_argument("--send-window", type=int, default=256, help="send_async calls in flight a process")
     p.add_argument("--consumer-processes", type=int, default=2, help="processes of SimpleConsumers (default 2)")
     p.add_argument("--consumers", type=int, default=8, help="SimpleConsumers in each process (default 8)")
+    p.add_argument("--consumers-kind", default="official,pull", type=lambda s: s.split(","),
+                   help="(b) once with each of these consumers, in turn: official,pull (default both)")
     p.add_argument("--receive-batch", type=int, default=32, help="max messages a receive asks for (default 32)")
     p.add_argument("--fill-timers", type=int, default=1_000_000, help="timers (c) leaves pending (default 1,000,000)")
     p.add_argument("--fill-processes", type=int, default=3, help="processes sending (c)'s timers")
