@@ -200,12 +200,14 @@ class LimitedServer:
 
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock) -> LimitedServer:
+                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock,
+                authentication: grpc.aio.ServerInterceptor | None = None) -> LimitedServer:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
-    `config` sets the limits on its connections (connection_limits.py)."""
+    `config` sets the limits on its connections (connection_limits.py). `authentication` decides a
+    call before its request is parsed, after the connection limits (protocol/authentication.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
     soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
@@ -216,7 +218,8 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                   config["grpcUnreadAnswerTimeoutMills"])
     limited = ConnectionLimits(peers, clock.monotonic_ms)
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
-                             interceptors=[limited, MalformedRequests(bounds or {}), *interceptors])
+                             interceptors=[limited, *([authentication] if authentication else []),
+                                           MalformedRequests(bounds or {}), *interceptors])
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as error:

@@ -139,6 +139,8 @@ def kinds_knowing(key: str) -> frozenset[Kind]:
     """The process kinds a --set key goes to; RocketMQ-only keys go to brokers, which warn about them."""
     if key in MANAGED_KEYS:
         raise QuorumqError(Error.CONFIG_INVALID, f"{key} is laid out by `quorumq up` and cannot be set")
+    if key in config.ROCKETMQ_KEYS_REFUSED:
+        raise QuorumqError(Error.CONFIG_INVALID, f"{key}: {config.ROCKETMQ_KEYS_REFUSED[key]}")
     if key in config.KEYS:
         return config.KEYS[key].kinds
     if key in config.ROCKETMQ_KEYS_UNUSED:
