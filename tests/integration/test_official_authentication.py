@@ -5,6 +5,8 @@ refused request stores nothing and the servers serve on. Raw gRPC calls with han
 the v5 code (40100) that the official client only logs, on the name server's and the broker's
 service, for a unary call, a server stream and the Telemetry stream."""
 
+import json
+import urllib.request
 import uuid
 from datetime import datetime, timezone
 
@@ -16,7 +18,16 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from rocketmq.v5.util.signature import Signature
 
-from harness import LocalCluster, create_topic, official_message, process_of, receive_all, started_producer, v5_message
+from harness import (
+    LocalCluster,
+    check_for,
+    create_topic,
+    official_message,
+    process_of,
+    receive_all,
+    started_producer,
+    v5_message,
+)
 from quorumq.client import AdminClient, Blocking
 
 ROOT, ROOT_SECRET = "root", "root-secret-7"
@@ -97,6 +108,20 @@ def test_an_unauthenticated_client_stores_nothing(secured, topic, ak, sk):
         producer.shutdown()
     assert stored(secured, topic) == 0
     send_and_receive(secured, topic, ROOT, ROOT_SECRET, 1)
+    assert stored(secured, topic) == 1
+
+
+def test_the_dashboard_of_quorumq_up_signs_its_test_message(secured, topic):
+    """`quorumq up` gives its dashboard the inner credentials: its test message (quorumq's own
+    producer, which asks the name server's v5 QueryRoute for the route) is served."""
+    def send() -> dict:
+        request = urllib.request.Request(f"{secured['dashboard']}api/send", method="POST",
+                                         data=json.dumps({"topic": topic, "body": "signed"}).encode())
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    result = check_for(10, 0.2, send, "the dashboard answers")
+    assert result["ok"] and result["result"].startswith("SEND_OK"), result
     assert stored(secured, topic) == 1
 
 

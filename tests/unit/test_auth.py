@@ -7,10 +7,12 @@ from rocketmq.v5.util.signature import Signature
 
 from quorumq.config import Config, Kind
 from quorumq.core.auth import (
+    Credentials,
     User,
     UserStatus,
     UserType,
     authenticate,
+    authorization,
     date_time_ms,
     init_user,
     inner_credentials,
@@ -100,6 +102,13 @@ def test_without_a_window_the_date_time_is_only_signed(skew_ms):
 @pytest.mark.parametrize("skew_ms", [-60_000, -1, 0, 999, 60_000])
 def test_within_the_window(skew_ms):
     assert authenticate(header(), DATE, USERS, NOW_MS + skew_ms, 60_000) is USERS[AK]
+
+
+def test_quorumqs_client_signs_as_the_official_one():
+    credentials = Credentials(AK, SK)
+    assert authorization(credentials, DATE) == header()
+    assert authenticate(authorization(credentials, DATE), DATE, USERS, NOW_MS) is USERS[AK]
+    assert SK not in repr(credentials)
 
 
 def test_date_time_is_read_as_utc():

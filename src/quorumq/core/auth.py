@@ -47,6 +47,14 @@ class User:
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """What a client signs its requests with."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Authorization:
     """An `authorization` header, parsed."""
 
@@ -85,6 +93,17 @@ def parse_authorization(header: str) -> Authorization:
     return Authorization(access_key, bytes.fromhex(pairs["Signature"]))
 
 
+def _digest(secret_key: str, date_time: str) -> bytes:
+    return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).digest()
+
+
+def authorization(credentials: Credentials, date_time: str) -> str:
+    """The authorization header for a request whose x-mq-date-time is `date_time`, as the official
+    clients write it (lowercase hex)."""
+    return (f"{ALGORITHM} Credential={credentials.access_key}, SignedHeaders={SIGNED_HEADER}, "
+            f"Signature={_digest(credentials.secret_key, date_time).hex()}")
+
+
 def date_time_ms(date_time: str) -> int:
     """x-mq-date-time as milliseconds since the epoch, read as UTC; ValueError if it is no such time."""
     parsed = datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=timezone.utc)
@@ -103,8 +122,7 @@ def authenticate(header: str | None, date_time: str | None, users: dict[str, Use
     user = users.get(claimed.access_key)
     if user is None:
         raise refused(f"unknown access key {claimed.access_key!r}")
-    expected = hmac.new(user.password.encode(), date_time.encode(), hashlib.sha1).digest()
-    if not hmac.compare_digest(expected, claimed.signature):
+    if not hmac.compare_digest(_digest(user.password, date_time), claimed.signature):
         raise refused(f"the signature does not match the secret key of {claimed.access_key!r}")
     if user.user_status is not UserStatus.ENABLE:
         raise refused(f"user {claimed.access_key!r} is disabled")
