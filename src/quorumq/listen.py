@@ -87,7 +87,31 @@ class RequestBound:
         return None
 
 
-class MalformedRequests(grpc.aio.ServerInterceptor):
+class HandlerWrapper(grpc.aio.ServerInterceptor):
+    """An interceptor that wraps each method's handler once: a method's handler is the same for
+    every call, so whatever it does per call happens inside the call (the interceptors before one
+    that caches, such as ConnectionLimits, never see a later call of the method)."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # method -> its handler, wrapped
+
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        """The handler wrapped, or None to leave this method's handler as it is."""
+        raise NotImplementedError
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            wrapped = self.wrap(handler, method) if handler is not None else None
+            if wrapped is None:
+                return handler
+            self._wrapped[method] = wrapped
+        return wrapped
+
+
+class MalformedRequests(HandlerWrapper):
     """gRPC parses a request in its own code, and answers one that does not parse with UNKNOWN and
     a traceback in the log. Here the handler parses it instead: a request that does not parse fails
     with BAD_REQUEST (INVALID_ARGUMENT, the entry in the trailing metadata) and one log line. A
@@ -95,20 +119,13 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     for it never becomes millions of objects."""
 
     def __init__(self, bounds: Mapping[str, RequestBound]) -> None:  # full method name -> its bound
+        super().__init__()
         self._bounds = bounds
-        # method -> its handler, wrapped once: a method's handler is the same for every call (the
-        # interceptors behind this one, RpcLatency, keep their per-call state inside the call).
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
-    async def intercept_service(self, continuation, handler_call_details):
-        method = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            handler = await continuation(handler_call_details)
-            if handler is None or handler.request_deserializer is None:
-                return handler
-            wrapped = self._wrapped[method] = _parsing_in_handler(handler, method, self._bounds.get(method))
-        return wrapped
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        if handler.request_deserializer is None:
+            return None
+        return _parsing_in_handler(handler, method, self._bounds.get(method))
 
 
 def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str,

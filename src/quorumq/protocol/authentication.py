@@ -21,6 +21,7 @@ from quorumq.clock import Clock
 from quorumq.config import Config
 from quorumq.core.auth import SIGNED_HEADER, User, authenticate
 from quorumq.errors import QuorumqError
+from quorumq.listen import HandlerWrapper
 from quorumq.protocol.v5 import error_status
 
 log = logging.getLogger("quorumq.authentication")
@@ -30,25 +31,17 @@ _SERVICE = v5s.DESCRIPTOR.services_by_name["MessagingService"]
 _METHODS = {f"/{_SERVICE.full_name}/{method.name}": method for method in _SERVICE.methods}
 
 
-class V5Authentication(grpc.aio.ServerInterceptor):
-    """Each v5 method's handler, wrapped once (the interceptors before this one keep the handler of
-    a method for every later call), with the check made in each call."""
+class V5Authentication(HandlerWrapper):
+    """Each v5 method's handler with the check made in each of its calls."""
 
     def __init__(self, users: dict[str, User], window_ms: int, clock: Clock) -> None:
+        super().__init__()
         self._users = users
         self._window_ms = window_ms
         self._clock = clock
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
-    async def intercept_service(self, continuation, handler_call_details):
-        method = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            handler = await continuation(handler_call_details)
-            if handler is None or method not in _METHODS:
-                return handler
-            wrapped = self._wrapped[method] = self._checked(handler, _METHODS[method])
-        return wrapped
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        return self._checked(handler, _METHODS[method]) if method in _METHODS else None
 
     def refusal(self, context: grpc.aio.ServicerContext, method) -> object | None:
         """The method's answer refusing this call, or None when it is signed by a known, enabled user."""
