@@ -6,6 +6,7 @@ the v5 code (40100) that the official client only logs, on the name server's and
 service, for a unary call, a server stream and the Telemetry stream."""
 
 import json
+import time
 import urllib.request
 import uuid
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from rocketmq.v5.util.signature import Signature
 
+from controller_group import started_group
 from harness import (
     LocalCluster,
     check_for,
@@ -154,3 +156,37 @@ def test_each_v5_service_answers_40100(secured, topic, metadata):
                                 metadata=signed(ROOT, ROOT_SECRET), timeout=5)
         assert sent.status.code == v5.Code.OK, sent.status
     assert stored(secured, topic) == 1
+
+
+def stale(ak: str, sk: str, age_s: int) -> tuple[tuple[str, str], ...]:
+    """Headers correctly signed over a date-time `age_s` seconds old."""
+    date_time = datetime.fromtimestamp(time.time() - age_s, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return (("x-mq-date-time", date_time),
+            ("authorization", f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
+                              f"Signature={Signature.sign(sk, date_time)}"))
+
+
+def test_controller_mode_replicas_check_what_they_forward_and_the_window(tmp_path_factory):
+    """In controller mode a slave forwards a client's request to the master with the client's
+    headers: a signed one is stored through a slave, an unsigned or stale one (the window on) is
+    refused by the slave and the master alike, and nothing of them is stored."""
+    sets = {"authenticationEnabled": "true", "authenticationDateTimeWindowMillis": "60000",
+            "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}'}
+    with started_group(tmp_path_factory.mktemp("secured-controller"), controllers=1, sets=sets) as group:
+        group.wait_in_sync()
+        master, slave = group.master(), group.slaves()[0]
+        topic = f"T{uuid.uuid4().hex[:8]}"
+        group.admin.update_topic_on([broker["address"] for broker in group.brokers], topic, 1, 1)
+        for broker in (slave, master):
+            with grpc.insecure_channel(broker["address"]) as channel:
+                stub = v5_grpc.MessagingServiceStub(channel)
+                for metadata in ((), signed(ROOT, "wrong-secret"), stale(ROOT, ROOT_SECRET, 120),
+                                 stale(ROOT, ROOT_SECRET, -120)):
+                    sent = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(topic, b"raw")]),
+                                            metadata=metadata, timeout=5)
+                    assert sent.status.code == UNAUTHORIZED, (broker["address"], metadata, sent.status)
+                sent = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(topic, b"signed")]),
+                                        metadata=stale(ROOT, ROOT_SECRET, 30), timeout=5)
+                assert sent.status.code == v5.Code.OK, (broker["address"], sent.status)
+        progress = group.admin.queue_progress(master["address"], GROUP, topic)
+        assert sum(queue.max_offset for queue in progress.queues) == 2
