@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from quorumq import limits
+from quorumq.core import auth
 from quorumq.core.message_rules import check_name
 from quorumq.core.retention import parse_delete_when
 from quorumq.errors import Error, QuorumqError
@@ -48,6 +49,7 @@ class Key:
     default: Any
     kinds: frozenset[Kind]
     live: bool = False  # a running broker applies a change without a restart
+    secret: bool = False  # its value is never shown (GetBrokerConfig, GetControllerConfig)
 
 
 B = frozenset({Kind.BROKER})
@@ -151,11 +153,25 @@ KEYS: dict[str, Key] = {
     "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
     "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
     "metricsPromExporterPort": Key(int, 5557, BNC),
+    # Authentication of the v5 clients (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every kind
+    # knows them, so one `quorumq up --set` reaches all; the controller serves no v5 client yet.
+    "authenticationEnabled": Key(_bool, False, BNC),
+    "initAuthenticationUser": Key(auth.init_user, None, BNC, secret=True),
+    "innerClientAuthenticationCredentials": Key(auth.inner_credentials, None, BNC, secret=True),
+    # quorumq: how far x-mq-date-time may lie from the server's clock; 0: not checked (core/auth.py).
+    "authenticationDateTimeWindowMillis": Key(int, 0, BNC),
+}
+
+# Keys RocketMQ knows whose feature quorumq lacks, where ignoring them would leave an operator
+# believing in a protection that is not there: refused with the reason.
+ROCKETMQ_KEYS_REFUSED = {
+    "aclEnable": "ACL 1.0 (plain_acl.yml) is not supported; authenticationEnabled turns on ACL 2.0 "
+                 "authentication (docs/security.md)",
 }
 
 # Keys RocketMQ's broker or name server knows that quorumq does not use (yet): accepted, warned once.
 ROCKETMQ_KEYS_UNUSED = frozenset("""
-    aclEnable autoCreateSubscriptionGroup brokerTopicEnable
+    autoCreateSubscriptionGroup brokerTopicEnable
     clientCallbackExecutorThreads clientManageThreadPoolNums clusterTopicEnable commitIntervalCommitLog
     consumerManageThreadPoolNums defaultQueryMaxNum deleteCommitLogFilesInterval
     deleteConsumeQueueFilesInterval destroyMapedFileIntervalForcibly enableCalcFilterBitMap
@@ -217,6 +233,8 @@ class Config:
         for name, text in values.items():
             if name in self._values:
                 self._values[name] = _parse_value(name, text)
+            elif name in ROCKETMQ_KEYS_REFUSED:
+                raise QuorumqError(Error.CONFIG_INVALID, f"{name} in {source}: {ROCKETMQ_KEYS_REFUSED[name]}")
             elif name in KEYS or name in ROCKETMQ_KEYS_UNUSED:
                 unused.append(name)
             else:
@@ -237,7 +255,9 @@ class Config:
         return self._values.get(name, default)
 
     def as_strings(self) -> dict[str, str]:
-        return {name: _format_value(value) for name, value in sorted(self._values.items())}
+        """Every value as text, a secret one masked."""
+        return {name: "******" if value is not None and KEYS[name].secret else _format_value(value)
+                for name, value in sorted(self._values.items())}
 
     def update_live(self, name: str, text: str) -> None:
         """Apply one key to a running process; keys that need a restart are refused."""
@@ -266,10 +286,25 @@ class Config:
         if self._values["grpcPendingAnswerBytesTotal"] < self._values["grpcPendingAnswerBytesPerConnection"]:
             raise QuorumqError(Error.CONFIG_INVALID, "grpcPendingAnswerBytesTotal must be at least "
                                                      "grpcPendingAnswerBytesPerConnection")
+        if not self.users() and self._values["authenticationEnabled"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "authenticationEnabled needs a user: set initAuthenticationUser "
+                                                     "or innerClientAuthenticationCredentials")
+        if self._values["authenticationDateTimeWindowMillis"] < 0:
+            raise QuorumqError(Error.CONFIG_INVALID, "authenticationDateTimeWindowMillis must not be negative "
+                                                     "(0: not checked)")
         if self.kind is Kind.BROKER:
             self._check_broker()
         elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:
             raise QuorumqError(Error.CONFIG_INVALID, "a controller needs zookeeperAddress")
+
+    def users(self) -> dict[str, auth.User]:
+        """The users a v5 client may authenticate as, by access key."""
+        try:
+            return auth.known_users(self._values["initAuthenticationUser"],
+                                    self._values["innerClientAuthenticationCredentials"])
+        except ValueError as exc:
+            raise QuorumqError(Error.CONFIG_INVALID, f"initAuthenticationUser and "
+                                                     f"innerClientAuthenticationCredentials: {exc}") from None
 
     def _check_broker(self) -> None:
         size = self._values["maxMessageSize"]

@@ -75,6 +75,9 @@ class Error(Enum):
     NO_PERMISSION = ErrorKind(302, False, "PERMISSION_DENIED", "FORBIDDEN")
     # EndTransaction of a transaction already committed, rolled back or given up.
     TRANSACTION_ALREADY_ENDED = ErrorKind(303, False, "FAILED_PRECONDITION", "INVALID_TRANSACTION_ID")
+    # With authenticationEnabled: a v5 request without a valid signature of a known, enabled user
+    # (core/auth.py); RocketMQ answers its AuthenticationException with the v5 UNAUTHORIZED.
+    UNAUTHENTICATED = ErrorKind(304, False, "UNAUTHENTICATED", "UNAUTHORIZED")
     TOO_MANY_REQUESTS = ErrorKind(400, True, "RESOURCE_EXHAUSTED", "TOO_MANY_REQUESTS")
     DISK_FULL = ErrorKind(401, True, "RESOURCE_EXHAUSTED", "INTERNAL_SERVER_ERROR")
     # RocketMQ's SERVICE_NOT_AVAILABLE: a slave refuses writes (its master takes them).

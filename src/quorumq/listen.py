@@ -87,7 +87,31 @@ class RequestBound:
         return None
 
 
-class MalformedRequests(grpc.aio.ServerInterceptor):
+class HandlerWrapper(grpc.aio.ServerInterceptor):
+    """An interceptor that wraps each method's handler once: a method's handler is the same for
+    every call, so whatever it does per call happens inside the call (the interceptors before one
+    that caches, such as ConnectionLimits, never see a later call of the method)."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # method -> its handler, wrapped
+
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        """The handler wrapped, or None to leave this method's handler as it is."""
+        raise NotImplementedError
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            wrapped = self.wrap(handler, method) if handler is not None else None
+            if wrapped is None:
+                return handler
+            self._wrapped[method] = wrapped
+        return wrapped
+
+
+class MalformedRequests(HandlerWrapper):
     """gRPC parses a request in its own code, and answers one that does not parse with UNKNOWN and
     a traceback in the log. Here the handler parses it instead: a request that does not parse fails
     with BAD_REQUEST (INVALID_ARGUMENT, the entry in the trailing metadata) and one log line. A
@@ -95,20 +119,13 @@ class MalformedRequests(grpc.aio.ServerInterceptor):
     for it never becomes millions of objects."""
 
     def __init__(self, bounds: Mapping[str, RequestBound]) -> None:  # full method name -> its bound
+        super().__init__()
         self._bounds = bounds
-        # method -> its handler, wrapped once: a method's handler is the same for every call (the
-        # interceptors behind this one, RpcLatency, keep their per-call state inside the call).
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
 
-    async def intercept_service(self, continuation, handler_call_details):
-        method = handler_call_details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            handler = await continuation(handler_call_details)
-            if handler is None or handler.request_deserializer is None:
-                return handler
-            wrapped = self._wrapped[method] = _parsing_in_handler(handler, method, self._bounds.get(method))
-        return wrapped
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        if handler.request_deserializer is None:
+            return None
+        return _parsing_in_handler(handler, method, self._bounds.get(method))
 
 
 def _parsing_in_handler(handler: grpc.RpcMethodHandler, method: str,
@@ -200,12 +217,14 @@ class LimitedServer:
 
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock) -> LimitedServer:
+                bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock,
+                authentication: grpc.aio.ServerInterceptor | None = None) -> LimitedServer:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
-    `config` sets the limits on its connections (connection_limits.py)."""
+    `config` sets the limits on its connections (connection_limits.py). `authentication` decides a
+    call before its request is parsed, after the connection limits (protocol/authentication.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
     soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
@@ -216,7 +235,8 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                   config["grpcUnreadAnswerTimeoutMills"])
     limited = ConnectionLimits(peers, clock.monotonic_ms)
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
-                             interceptors=[limited, MalformedRequests(bounds or {}), *interceptors])
+                             interceptors=[limited, *([authentication] if authentication else []),
+                                           MalformedRequests(bounds or {}), *interceptors])
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as error:

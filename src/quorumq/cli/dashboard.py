@@ -3,14 +3,19 @@
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
+from quorumq.core.auth import Credentials
 from quorumq.errors import QuorumqError
 
 PORT_DEFAULT = 8080
 EXIT_FAILED = 1
+# The credentials the page's test message is signed with, for a cluster with authenticationEnabled
+# (`quorumq up` passes its innerClientAuthenticationCredentials).
+ACCESS_KEY_ENV, SECRET_KEY_ENV = "QUORUMQ_ACCESS_KEY", "QUORUMQ_SECRET_KEY"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -18,9 +23,12 @@ def run(args: argparse.Namespace) -> int:
     from quorumq.dashboard.server import serve  # imported here: other commands never load it
 
     controllers = [address for address in (args.controllers or "").split(";") if address]
+    access_key = os.environ.get(ACCESS_KEY_ENV, "")
+    credentials = Credentials(access_key, os.environ.get(SECRET_KEY_ENV, "")) if access_key else None
 
     async def main() -> None:
-        task = asyncio.create_task(serve(args.namesrv, controllers, args.replicator, args.host, args.port))
+        task = asyncio.create_task(serve(args.namesrv, controllers, args.replicator, args.host, args.port,
+                                         credentials))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, task.cancel)

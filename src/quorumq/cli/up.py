@@ -38,10 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quorumq import config
+from quorumq.cli.dashboard import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from quorumq.client import AdminClient, ClientError
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config, Kind
 from quorumq.controller.zookeeper import LocalZooKeeper
+from quorumq.core import auth
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import MASTER_ID
 
@@ -139,6 +141,8 @@ def kinds_knowing(key: str) -> frozenset[Kind]:
     """The process kinds a --set key goes to; RocketMQ-only keys go to brokers, which warn about them."""
     if key in MANAGED_KEYS:
         raise QuorumqError(Error.CONFIG_INVALID, f"{key} is laid out by `quorumq up` and cannot be set")
+    if key in config.ROCKETMQ_KEYS_REFUSED:
+        raise QuorumqError(Error.CONFIG_INVALID, f"{key}: {config.ROCKETMQ_KEYS_REFUSED[key]}")
     if key in config.KEYS:
         return config.KEYS[key].kinds
     if key in config.ROCKETMQ_KEYS_UNUSED:
@@ -361,12 +365,15 @@ def start_dashboard(processes: list[Planned], directory: Path, port: int) -> sub
     """`quorumq dashboard` over the cluster, logging to DIR/dashboard/dashboard.log."""
     controllers = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
     directory.mkdir(parents=True, exist_ok=True)
+    # Its test message is a v5 client's send: signed with the inner credentials, if any.
+    inner = auth.inner_credentials(processes[0].values.get("innerClientAuthenticationCredentials", ""))
+    signing = {ACCESS_KEY_ENV: inner.username, SECRET_KEY_ENV: inner.password} if inner is not None else {}
     with open(directory / "dashboard.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "quorumq.cli.main", "dashboard", "-n", processes[0].address, "--host", HOST,
              "--port", str(port), *(["-a", controllers] if controllers else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent)
+            preexec_fn=_die_with_parent, env={**os.environ, **signing})
 
 
 def write_cluster_file(path: Path, cluster: str, processes: list[Planned],

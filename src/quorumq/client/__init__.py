@@ -9,8 +9,9 @@ from quorumq.client.consumer import FOUND, NO_NEW_MSG, OFFSET_ILLEGAL, PullConsu
 from quorumq.client.errors import ClientError
 from quorumq.client.producer import SEND_OK, Message, Producer, SendResult
 from quorumq.client.routes import RouteQueue
+from quorumq.core.auth import Credentials
 
 __all__ = [
-    "AdminClient", "Blocking", "ClientError", "FOUND", "Message", "NO_NEW_MSG", "OFFSET_ILLEGAL",
+    "AdminClient", "Blocking", "ClientError", "Credentials", "FOUND", "Message", "NO_NEW_MSG", "OFFSET_ILLEGAL",
     "Producer", "PullConsumer", "PullResult", "ReceivedMessage", "RouteQueue", "SEND_OK", "SendResult",
 ]

@@ -14,6 +14,7 @@ from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Route
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core import codec
 from quorumq.core import properties as message_properties
+from quorumq.core.auth import Credentials
 
 # Pull statuses, by RocketMQ's PullStatus names.
 FOUND = pb.PullStatus.Name(pb.FOUND)
@@ -86,8 +87,9 @@ class PullConsumer:
     first broker by name that has the queue).
     """
 
-    def __init__(self, access_point: str, group: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self._channels = Channels()
+    def __init__(self, access_point: str, group: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
+                 credentials: Credentials | None = None) -> None:
+        self._channels = Channels(credentials)  # signs the v5 calls
         self._routes = Routes(access_point, self._channels, timeout_s)
         self._group = v5.Resource(name=group)
         self._timeout_s = timeout_s

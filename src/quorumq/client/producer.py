@@ -21,6 +21,7 @@ from quorumq.client.errors import ClientError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call, local_host
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core import codec
+from quorumq.core.auth import Credentials
 from quorumq.core.message_rules import check_body, stored_properties
 from quorumq.core.message_types import fifo_queue
 from quorumq.errors import Error, QuorumqError
@@ -127,10 +128,11 @@ class Producer:
 
     def __init__(self, access_point: str, *, window: int = 8,
                  batch_messages: int = limits.BATCH_MESSAGES_MAX,
-                 timeout_s: float = REQUEST_TIMEOUT_S, retry_s: float = 30.0) -> None:
+                 timeout_s: float = REQUEST_TIMEOUT_S, retry_s: float = 30.0,
+                 credentials: Credentials | None = None) -> None:
         if not 0 < batch_messages <= limits.BATCH_MESSAGES_MAX:
             raise ValueError(f"batch_messages must lie in 1..{limits.BATCH_MESSAGES_MAX}")
-        self._channels = Channels()
+        self._channels = Channels(credentials)  # signs the v5 route queries
         self._routes = Routes(access_point, self._channels, timeout_s)
         self._window = asyncio.Semaphore(window)
         self._batch_messages = batch_messages

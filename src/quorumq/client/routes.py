@@ -16,6 +16,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
 from quorumq import heap, limits
 from quorumq.client.errors import ClientError, check
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.auth import DATE_TIME_FORMAT, SIGNED_HEADER, Credentials, authorization
 
 # A route is asked again after this long even without failures, as the official client does.
 ROUTE_TTL_S = 30.0
@@ -77,16 +78,26 @@ class RouteQueue:
 
 
 class Channels:
-    """One gRPC channel per address, shared by every request of a client."""
+    """One gRPC channel per address, shared by every request of a client, and the headers each
+    request carries: the client's id and, with credentials, its signature (core/auth.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials | None = None) -> None:
         heap.keep_freed_memory()  # batch requests and answers are large: reuse their memory
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._messaging: dict[str, rpc_grpc.MessagingServiceStub] = {}
         self._readers: dict[str, pb_grpc.MessageReaderStub] = {}
         self._writers: dict[str, pb_grpc.MessageWriterStub] = {}
         client_id = f"{socket.gethostname()}@{os.getpid()}@quorumq-{next(_client_index)}@{time.time_ns():x}"
-        self.metadata = (("x-mq-client-id", client_id),)
+        self._client_id = (("x-mq-client-id", client_id),)
+        self._credentials = credentials
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        if self._credentials is None:
+            return self._client_id
+        date_time = time.strftime(DATE_TIME_FORMAT, time.gmtime())  # UTC, whatever the process's zone
+        return (*self._client_id, (SIGNED_HEADER, date_time),
+                ("authorization", authorization(self._credentials, date_time)))
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)

@@ -17,7 +17,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from quorumq import limits
-from quorumq.client import AdminClient, ClientError, Message, Producer
+from quorumq.client import AdminClient, ClientError, Credentials, Message, Producer
 from quorumq.client.controller import ControllerClient
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
@@ -34,8 +34,10 @@ SCRAPED = {"rocketmq_messages_in_total": "in", "rocketmq_messages_out_total": "o
 
 
 class Dashboard:
-    def __init__(self, namesrv: str, controllers: list[str], replicator: Path | None, clock: Clock) -> None:
+    def __init__(self, namesrv: str, controllers: list[str], replicator: Path | None, clock: Clock,
+                 credentials: Credentials | None = None) -> None:
         self.namesrv = namesrv
+        self.credentials = credentials  # what the test message is signed with
         self.clock = clock
         self.admin = AdminClient(namesrv, timeout_s=CALL_TIMEOUT_S)
         self.controllers = ControllerClient(controllers, timeout_s=CALL_TIMEOUT_S) if controllers else None
@@ -143,7 +145,7 @@ class Dashboard:
         return f"topic {topic} with {queues} queues on {', '.join(sorted({b.broker_name for b in masters}))}"
 
     async def send(self, form: dict) -> str:
-        async with Producer(self.namesrv) as producer:
+        async with Producer(self.namesrv, credentials=self.credentials) as producer:
             result = await producer.send(form["topic"], Message(str(form.get("body", "")).encode(),
                                                                 tag=form.get("tag") or None))
         return f"{result.status} {result.broker_name} queue {result.queue_id} offset {result.queue_offset}"
@@ -217,8 +219,9 @@ def _json(document: dict) -> Response:
     return "200 OK", "application/json", json.dumps(document).encode()
 
 
-async def serve(namesrv: str, controllers: list[str], replicator: Path | None, host: str, port: int) -> None:
-    dashboard = Dashboard(namesrv, controllers, replicator, Clock())
+async def serve(namesrv: str, controllers: list[str], replicator: Path | None, host: str, port: int,
+                credentials: Credentials | None = None) -> None:
+    dashboard = Dashboard(namesrv, controllers, replicator, Clock(), credentials)
     server = await serve_http(host, port, dashboard.answer, "the dashboard")
     log.info("dashboard at http://%s:%d/", host, port)
     try:

@@ -204,8 +204,8 @@ def copy_config(source: str, target: str, topics: tuple[str, ...]) \
         -> tuple[dict[str, dict[str, TopicShape]], dict[str, dict[str, int]], dict[str, dict[str, SubscriptionGroup]]]:
     """One run of the config job: the topics, then the consumer groups and their subscription
     configs, from one look-up of each cluster's masters (a topic's change leaves the groups and
-    configs as they were); the changes made. Access rules are not copied: quorumq brokers have none
-    yet (aclEnable is accepted but unused)."""
+    configs as they were); the changes made. Users and access rules are not copied: quorumq brokers
+    keep none yet (docs/security.md)."""
     source_masters, target_masters = masters(source), masters(target)
     return (copy_topics(source_masters, target_masters, topics), copy_groups(source_masters, target_masters),
             copy_subscriptions(source_masters, target_masters))
