@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from quorumq import limits
+from quorumq import limits, tls
 from quorumq.clock import Clock
 from quorumq.config import Config
 from quorumq.connection_limits import ConnectionLimits, Peers, channel_options
@@ -205,7 +205,8 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
-    `config` sets the limits on its connections (connection_limits.py)."""
+    `config` sets the limits on its connections (connection_limits.py) and whether it serves TLS
+    (tls.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
     soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
@@ -217,8 +218,10 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     limited = ConnectionLimits(peers, clock.monotonic_ms)
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
                              interceptors=[limited, MalformedRequests(bounds or {}), *interceptors])
+    credentials = tls.server_credentials(config)
     try:
-        port = server.add_insecure_port(address)
+        port = (server.add_insecure_port(address) if credentials is None
+                else server.add_secure_port(address, credentials))
     except RuntimeError as error:
         raise QuorumqError(Error.CONFIG_INVALID, f"cannot listen on {address} (in use, or not "
                                                  f"an address of this host): {error}") from None
