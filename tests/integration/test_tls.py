@@ -7,6 +7,7 @@ stream."""
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import uuid
@@ -15,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness import LocalCluster, check_for
+from harness import LocalCluster, check_for, process_of
 from quorumq import tls
 from quorumq.client import AdminClient, Blocking
 from quorumq.config import read_properties
@@ -122,3 +123,34 @@ def test_the_official_client_sends_and_receives_over_tls_and_the_slave_copies(tl
     end = int(status(tls_cluster, master)["commitLogMaxOffset"])
     check_for(15, 0.1, lambda: int(status(tls_cluster, slave)["commitLogMaxOffset"]) >= end > 0,
               "the slave holds the master's log")
+
+
+def test_mutual_tls_admits_members_and_holders_of_a_certificate_alone(start_cluster, monkeypatch):
+    """tls.server.need.client.auth=require: the members (up's checks, the slave on the HA port)
+    present their certificates; a client that trusts the CA but has none is refused on the gRPC
+    ports and on the HA port, one with a certificate from the CA is served."""
+    cluster = start_cluster(replicas=2, tls=True, sets={"tls.server.need.client.auth": "require"})
+    files = Path(cluster["ca"]).parent
+    monkeypatch.setenv(tls.CA_VARIABLE, cluster["ca"])
+    monkeypatch.setenv(tls.CERT_VARIABLE, str(files / "server.pem"))
+    monkeypatch.setenv(tls.KEY_VARIABLE, str(files / "server.key"))
+    master, slave = broker(cluster, "master"), broker(cluster, "slave")
+    check_for(30, 0.1, lambda: status(cluster, slave)["replicating"] == "True", "the slave replicates over mTLS")
+    ca = Path(cluster["ca"]).read_bytes()
+    for process in (process_of(cluster, "namesrv"), master):
+        with grpc.secure_channel(process["address"], grpc.ssl_channel_credentials(ca)) as no_certificate, \
+                pytest.raises(grpc.RpcError) as refused:
+            no_certificate.unary_unary(NO_METHOD)(b"", timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE, (process["address"], refused.value)
+    ha_port = int(read_properties(Path(master["config"]).read_text())["haListenPort"])
+    context = tls.ClientTls(cluster["ca"]).context()
+    with socket.create_connection(("127.0.0.1", ha_port), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as secure:
+                # Under TLS 1.3 the client's handshake ends before the server checks its certificate.
+                secure.sendall(encode_frame(Handshake(5, cluster["cluster"], master["broker_name"], 0, 0, False)))
+                received = secure.recv(65536)
+        except (ssl.SSLError, ConnectionError):
+            received = b""
+    assert received == b"", received[:64]
+    assert status(cluster, master)["slaves"] == str(slave["broker_id"])
