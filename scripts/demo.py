@@ -1,7 +1,9 @@
 """The demo `make run` shows: the official RocketMQ 5 Python client, unchanged, on a quorumq cluster.
 
 A Producer sends with `send` and `send_async`; a SimpleConsumer receives and acks; then every
-broker's commit-log end is shown, so a replica group's slaves can be seen holding the master's bytes. Usage:
+broker's commit-log end is shown, so a replica group's slaves can be seen holding the master's bytes.
+A cluster whose cluster.json names a CA (`quorumq up --tls`) is reached over TLS: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
+and QUORUMQ_TLS_CA must name it in the environment (scripts/demo.sh sets them). Usage:
     .venv/bin/python scripts/demo.py run/demo/cluster.json
 """
 
@@ -31,13 +33,15 @@ def main(cluster_file: str) -> int:
     cluster = json.loads(open(cluster_file).read())
     access_point = cluster["access_point"]
     topic, group = f"DemoTopic_{uuid.uuid4().hex[:6]}", "DemoGroup"
-    print(f"demo: official rocketmq client against {access_point}, topic {topic}, group {group}")
+    tls = "ca" in cluster
+    print(f"demo: official rocketmq client against {access_point}{' over TLS' if tls else ''}, topic {topic}, "
+          f"group {group}")
     config = ClientConfiguration(access_point, Credentials(), request_timeout=5)
 
     # Subscribe before sending: a new group reads a queue from its start only while the queue's
     # first message is in memory (RocketMQ's rule), else from the end as of its first contact.
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2)
-    producer = Producer(config, (topic,))
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2, tls_enable=tls)
+    producer = Producer(config, (topic,), tls_enable=tls)
     consumer.startup()
     producer.startup()
     try:

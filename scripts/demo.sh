@@ -29,6 +29,11 @@ for _ in $(seq 600); do
 done
 [ -f "$DIR/cluster.json" ] || { echo "demo: the cluster did not come up within 60 s" >&2; exit 1; }
 
+# With `--tls` the official client and quorumq's trust the cluster's CA, which gRPC reads at start.
+CA=$(.venv/bin/python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("ca", ""))' "$DIR/cluster.json")
+if [ -n "$CA" ]; then
+    export GRPC_DEFAULT_SSL_ROOTS_FILE_PATH="$CA" QUORUMQ_TLS_CA="$CA"
+fi
 .venv/bin/python scripts/demo.py "$DIR/cluster.json"
 
 if [ "${DEMO_EXIT:-0}" = 1 ]; then
@@ -36,6 +41,6 @@ if [ "${DEMO_EXIT:-0}" = 1 ]; then
 fi
 echo
 echo "The cluster keeps running; its dashboard is at http://127.0.0.1:$((BASE_PORT + 9))/ (unless --no-dashboard)"
-echo "try: .venv/bin/quorumq admin clusterList -n 127.0.0.1:$BASE_PORT"
+echo "try: ${CA:+QUORUMQ_TLS_CA=$CA }.venv/bin/quorumq admin clusterList -n 127.0.0.1:$BASE_PORT"
 echo "Ctrl-C stops it."
 wait "$UP_PID"

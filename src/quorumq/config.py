@@ -160,6 +160,13 @@ KEYS: dict[str, Key] = {
     "innerClientAuthenticationCredentials": Key(auth.inner_credentials, None, BNC, secret=True),
     # quorumq: how far x-mq-date-time may lie from the server's clock; 0: not checked (core/auth.py).
     "authenticationDateTimeWindowMillis": Key(int, 0, BNC),
+    # TLS on the gRPC port and the HA port (tls.py), RocketMQ's TlsSystemConfig keys. Its permissive
+    # mode (TLS and plaintext on one port) is left out: a gRPC port serves one or the other.
+    "tls.server.mode": Key(_choice("disabled", "enforcing"), "disabled", BNC),
+    "tls.server.certPath": Key(str, "", BNC),  # PEM chain; also what this process presents as a client
+    "tls.server.keyPath": Key(str, "", BNC),
+    "tls.server.trustCertPath": Key(str, "", BNC),  # the CA of peers; empty: the system's roots
+    "tls.server.need.client.auth": Key(_choice("none", "require"), "none", BNC),  # require: mutual TLS
 }
 
 # Keys RocketMQ knows whose feature quorumq lacks, where ignoring them would leave an operator
@@ -292,6 +299,7 @@ class Config:
         if self._values["authenticationDateTimeWindowMillis"] < 0:
             raise QuorumqError(Error.CONFIG_INVALID, "authenticationDateTimeWindowMillis must not be negative "
                                                      "(0: not checked)")
+        self._check_tls()
         if self.kind is Kind.BROKER:
             self._check_broker()
         elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:
@@ -305,6 +313,20 @@ class Config:
         except ValueError as exc:
             raise QuorumqError(Error.CONFIG_INVALID, f"initAuthenticationUser and "
                                                      f"innerClientAuthenticationCredentials: {exc}") from None
+
+    def _check_tls(self) -> None:
+        values = self._values
+        if values["tls.server.mode"] == "enforcing":
+            for key in ("tls.server.certPath", "tls.server.keyPath"):
+                if not values[key]:
+                    raise QuorumqError(Error.CONFIG_INVALID, f"tls.server.mode=enforcing needs {key}")
+        if values["tls.server.need.client.auth"] == "require":
+            if values["tls.server.mode"] != "enforcing":
+                raise QuorumqError(Error.CONFIG_INVALID, "tls.server.need.client.auth=require needs "
+                                                         "tls.server.mode=enforcing")
+            if not values["tls.server.trustCertPath"]:
+                raise QuorumqError(Error.CONFIG_INVALID, "tls.server.need.client.auth=require needs "
+                                                         "tls.server.trustCertPath (the CA of client certificates)")
 
     def _check_broker(self) -> None:
         size = self._values["maxMessageSize"]

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from quorumq import limits
+from quorumq import limits, tls
 from quorumq.clock import Clock
 from quorumq.config import Config
 from quorumq.connection_limits import ConnectionLimits, Peers, channel_options
@@ -223,8 +223,9 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
-    `config` sets the limits on its connections (connection_limits.py). `authentication` decides a
-    call before its request is parsed, after the connection limits (protocol/authentication.py)."""
+    `config` sets the limits on its connections (connection_limits.py) and whether it serves TLS
+    (tls.py). `authentication` decides a call before its request is parsed, after the connection
+    limits (protocol/authentication.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
     soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
@@ -237,8 +238,10 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
                              interceptors=[limited, *([authentication] if authentication else []),
                                            MalformedRequests(bounds or {}), *interceptors])
+    credentials = tls.server_credentials(config)
     try:
-        port = server.add_insecure_port(address)
+        port = (server.add_insecure_port(address) if credentials is None
+                else server.add_secure_port(address, credentials))
     except RuntimeError as error:
         raise QuorumqError(Error.CONFIG_INVALID, f"cannot listen on {address} (in use, or not "
                                                  f"an address of this host): {error}") from None

@@ -27,7 +27,7 @@ import logging
 from datetime import datetime
 from pathlib import Path
 
-from quorumq import metrics
+from quorumq import metrics, tls
 from quorumq.broker.consumers import ConsumerGroups
 from quorumq.broker.dead_letters import DeadLetters
 from quorumq.broker.lease_log import LeaseLog
@@ -84,6 +84,10 @@ class Broker:
         self.alive_replicas = config["totalReplicas"]
         self.replication: ReplicationMaster | None = None  # a master's stream to its slaves
         self.slave: ReplicationSlave | None = None  # a slave's stream from its master, once it is known
+        # The HA stream's TLS, both ways (None: plaintext), loaded once: a bad file fails the start.
+        self._ha_tls_server = tls.server_context(config)
+        member = tls.ClientTls.of_member(config)
+        self._ha_tls_client = member.context() if member is not None else None
         self.master_address = ""  # a slave's master (gRPC), from the name server
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
         self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
@@ -318,7 +322,7 @@ class Broker:
             self.store, clock=self.clock, cluster_name=self.config["brokerClusterName"],
             broker_name=self.config["brokerName"], host=self.config["bindAddress"], port=self.config["haListenPort"],
             transfer_batch_bytes=self.config["haTransferBatchSize"], on_slave_lost=self._on_slave_lost,
-            epochs=self.epochs, **self._ha_intervals())
+            epochs=self.epochs, tls=self._ha_tls_server, **self._ha_intervals())
 
     def _new_replication_slave(self, host: str, port: int) -> ReplicationSlave:
         return ReplicationSlave(
@@ -328,7 +332,7 @@ class Broker:
             acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", async_learner=self.config["asyncLearner"],
             sync_from_last_file=self.config["syncFromLastFile"], epochs=self.epochs,
             epoch_file=self.epoch_file if self.controller_mode else None, known_epoch=self.master_epoch,
-            on_appended=self._lease_records_copied, **self._ha_intervals())
+            on_appended=self._lease_records_copied, tls=self._ha_tls_client, **self._ha_intervals())
 
     def _ha_intervals(self) -> dict[str, float]:
         return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,

@@ -23,6 +23,11 @@ The cluster is up once it is writable: every broker registered with the name ser
 group's master accepting a send at its configured quorum. Only then is DIR/cluster.json written;
 it names every process once, each broker with its id and role as the name server routes them, and
 is written again (atomically) within a second of a role change.
+
+With --tls, `up` makes a throwaway CA and one certificate for 127.0.0.1 in DIR/tls and sets
+tls.server.mode=enforcing with them on every process (docs/tls.md): every gRPC port and HA stream
+is TLS, and cluster.json names the CA as "ca". `up` itself, like any TLS cluster's members, talks
+TLS as the name server's config says.
 """
 
 import argparse
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quorumq import config
+from quorumq.cli import certs
 from quorumq.cli.dashboard import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from quorumq.client import AdminClient, ClientError
 from quorumq.cluster import cluster_pb2 as pb
@@ -46,6 +52,7 @@ from quorumq.controller.zookeeper import LocalZooKeeper
 from quorumq.core import auth
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.constants import MASTER_ID
+from quorumq.tls import ClientTls, use_member_tls
 
 HOST = "127.0.0.1"
 BASE_PORT_DEFAULT = 20000
@@ -364,6 +371,7 @@ async def follow_roles(path: Path, cluster: str, processes: list[Planned], zooke
 def start_dashboard(processes: list[Planned], directory: Path, port: int) -> subprocess.Popen:
     """`quorumq dashboard` over the cluster, logging to DIR/dashboard/dashboard.log."""
     controllers = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
+    member = member_tls(processes)
     directory.mkdir(parents=True, exist_ok=True)
     # Its test message is a v5 client's send: signed with the inner credentials, if any.
     inner = auth.inner_credentials(processes[0].values.get("innerClientAuthenticationCredentials", ""))
@@ -373,7 +381,13 @@ def start_dashboard(processes: list[Planned], directory: Path, port: int) -> sub
             [sys.executable, "-m", "quorumq.cli.main", "dashboard", "-n", processes[0].address, "--host", HOST,
              "--port", str(port), *(["-a", controllers] if controllers else [])],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent, env={**os.environ, **signing})
+            env={**os.environ, **signing, **(member.environment() if member is not None else {})},
+            preexec_fn=_die_with_parent)
+
+
+def member_tls(processes: list[Planned]) -> ClientTls | None:
+    """The TLS the cluster's members talk (the name server's config says it for all); None: plaintext."""
+    return ClientTls.of_member(Config(Kind.NAMESRV, processes[0].values))
 
 
 def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
@@ -382,6 +396,9 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
     entries[1:1] = [{"kind": "zookeeper", "pid": node.pid, "address": node.address, "config": str(node.config_path),
                      "log": str(node.log_path), "data_dir": str(node.data_dir)} for node in zookeepers]
     document = {"cluster": cluster, "access_point": processes[0].address}
+    member = member_tls(processes)
+    if member is not None and member.ca:
+        document["ca"] = member.ca
     if dashboard:
         document["dashboard"] = dashboard
     if zookeepers:
@@ -471,11 +488,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.controller and args.controllers < 1:
             raise QuorumqError(Error.CONFIG_INVALID, f"--controllers must lie in 1..{CONTROLLERS_MAX}")
-        processes = plan(args.dir, args.base_port, args.brokers, args.cluster, args.set, args.broker_set,
+        tls_files = certs.paths(args.dir / "tls")
+        # --set comes after, so that it may add tls.server.need.client.auth=require, say.
+        sets = [("tls.server.mode", "enforcing"), *((key, str(path)) for key, path in tls_files.items()),
+                *args.set] if args.tls else args.set
+        processes = plan(args.dir, args.base_port, args.brokers, args.cluster, sets, args.broker_set,
                          args.replicas, args.controllers if args.controller else 0, args.zookeepers)
     except QuorumqError as error:
         print(f"quorumq up: {error}", file=sys.stderr)
         return 2
+    if args.tls:
+        certs.write(args.dir / "tls")
+    use_member_tls(Config(Kind.NAMESRV, processes[0].values))  # the readiness checks talk as members do
     return asyncio.run(run_cluster(args, processes))
 
 
@@ -500,6 +524,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,
                         metavar="INDEX:KEY=VALUE",
                         help="a config key for one broker, counted from 0 in cluster.json order (repeatable)")
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS on every port, with a throwaway CA and certificate made in DIR/tls")
     parser.add_argument("--no-dashboard", dest="dashboard", action="store_false",
                         help=f"do not start `quorumq dashboard` (on P+{DASHBOARD_PORT_OFFSET})")
     parser.add_argument("--timeout", type=float, default=READY_TIMEOUT_S,

@@ -17,6 +17,7 @@ from quorumq import heap, limits
 from quorumq.client.errors import ClientError, check
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.auth import DATE_TIME_FORMAT, SIGNED_HEADER, Credentials, authorization
+from quorumq.tls import client_tls
 
 # A route is asked again after this long even without failures, as the official client does.
 ROUTE_TTL_S = 30.0
@@ -42,8 +43,12 @@ _client_index = itertools.count()
 
 def open_channel(address: str, *options: tuple[str, Any]) -> grpc.aio.Channel:
     """A channel to `address`, as every quorumq process opens one: it reconnects within about a
-    second of the peer coming back (limits.GRPC_RECONNECT_BACKOFF_MS_MAX)."""
-    return grpc.aio.insecure_channel(address, options=[*options, *_RECONNECT])
+    second of the peer coming back (limits.GRPC_RECONNECT_BACKOFF_MS_MAX), and speaks TLS when the
+    process does (tls.client_tls)."""
+    client = client_tls()
+    if client is None:
+        return grpc.aio.insecure_channel(address, options=[*options, *_RECONNECT])
+    return grpc.aio.secure_channel(address, client.channel_credentials(), options=[*options, *_RECONNECT])
 
 
 def local_host() -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from quorumq.config import Config
+from quorumq.tls import use_member_tls
 
 
 async def until_signalled() -> None:
@@ -19,5 +20,6 @@ async def until_signalled() -> None:
 
 
 def run(serve: Callable[[Config], Coroutine[Any, Any, None]], config: Config) -> int:
+    use_member_tls(config)
     asyncio.run(serve(config))
     return 0

@@ -18,6 +18,7 @@ the current epoch. Without a controller the epoch is 0.
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -67,7 +68,8 @@ class ReplicationMaster:
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
                  epochs: EpochCache | None = None,
-                 on_slave_lost: Callable[[int], None] = lambda slave_id: None) -> None:
+                 on_slave_lost: Callable[[int], None] = lambda slave_id: None,
+                 tls: ssl.SSLContext | None = None) -> None:
         if not 0 < transfer_batch_bytes <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:
             raise ValueError(f"haTransferBatchSize must lie in 1..{limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX}")
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
@@ -84,6 +86,7 @@ class ReplicationMaster:
         self._housekeeping_s = housekeeping_interval_s
         self._epochs = epochs
         self._on_slave_lost = on_slave_lost  # the put path may re-plan waiting puts (quorum decision 11)
+        self._tls = tls  # a connection whose TLS handshake fails never reaches _serve
         self._server: asyncio.Server | None = None
         self._connections: dict[int, _SlaveConnection] = {}  # slave id -> its current connection
         self._handlers: dict[asyncio.Task, asyncio.StreamWriter] = {}  # connection handler -> its socket
@@ -97,7 +100,7 @@ class ReplicationMaster:
         assert self._server is None, "master already started"
         try:
             self._server = await asyncio.start_server(self._serve, self._host, self._port,
-                                                      limit=limits.REPLICATION_READ_BYTES)
+                                                      limit=limits.REPLICATION_READ_BYTES, ssl=self._tls)
         except OSError as error:
             raise QuorumqError(Error.CONFIG_INVALID, f"cannot listen on {self._host}:{self._port} for "
                                                      f"replication: {error.strerror}") from None

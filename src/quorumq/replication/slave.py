@@ -31,6 +31,7 @@ the session: a deposed master gets no acks.
 import asyncio
 import functools
 import logging
+import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,7 +65,8 @@ class ReplicationSlave:
                  heartbeat_interval_s: float = limits.HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT / 1000,
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
                  backoff_min_s: float = limits.HA_RECONNECT_BACKOFF_S_MIN,
-                 backoff_max_s: float = limits.HA_RECONNECT_BACKOFF_S_MAX) -> None:
+                 backoff_max_s: float = limits.HA_RECONNECT_BACKOFF_S_MAX,
+                 tls: ssl.SSLContext | None = None) -> None:
         if broker_id < 1:
             raise ValueError(f"a slave's brokerId must be at least 1, got {broker_id}")
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
@@ -88,6 +90,7 @@ class ReplicationSlave:
         self._housekeeping_s = housekeeping_interval_s
         self._backoff_min_s = backoff_min_s
         self._backoff_max_s = backoff_max_s
+        self._tls = tls  # the master's certificate is checked against master_host
         self._task: asyncio.Task | None = None
         self._received = False  # the current session has received a frame
         self._flush_thread: ThreadPoolExecutor | None = None
@@ -146,7 +149,7 @@ class ReplicationSlave:
         """Connect, handshake and replicate until the connection ends."""
         host, port = self.master_address
         async with asyncio.timeout(self._housekeeping_s):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await asyncio.open_connection(host, port, ssl=self._tls)
         codec = ReplicationConnection(Role.SLAVE)
         self.master_max_offset = self.master_confirm_offset = None
         flush_wanted = asyncio.Event()
