@@ -301,7 +301,7 @@ class Config:
     def inner_credentials(self) -> auth.Credentials | None:
         """What this process signs its calls to other cluster members with."""
         user = self._values["innerClientAuthenticationCredentials"]
-        return auth.Credentials(user.username, user.password) if user is not None else None
+        return user.credentials if user is not None else None
 
     def users(self) -> dict[str, auth.User]:
         """The users a v5 client may authenticate as, by access key."""

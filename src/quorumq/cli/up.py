@@ -325,7 +325,7 @@ def inner_credentials(processes: list[Planned]) -> auth.Credentials | None:
     """innerClientAuthenticationCredentials, which every process got: `up` signs its own checks
     with them, and its dashboard's calls."""
     inner = auth.inner_credentials(processes[0].values.get("innerClientAuthenticationCredentials", ""))
-    return auth.Credentials(inner.username, inner.password) if inner is not None else None
+    return inner.credentials if inner is not None else None
 
 
 async def wait_ready(processes: list[Planned], cluster: str, stopping: asyncio.Event,
