@@ -85,8 +85,10 @@ class ClusterAuthentication(HandlerWrapper):
         async def check(request, context: grpc.aio.ServicerContext) -> None:
             metadata = {key: value for key, value in context.invocation_metadata() or ()
                         if key in cluster_auth.HEADERS}
-            try:  # a stream of requests is signed once, as it opens, over no bytes
-                cluster_auth.authenticate(metadata, method, b"" if streaming else request, self._users,
+            body = b"" if streaming else request  # a stream of requests is signed once, as it opens
+            assert isinstance(body, bytes), "MalformedRequests, after this, parses the request"
+            try:
+                cluster_auth.authenticate(metadata, method, body, self._users,
                                           self._clock.now_ms(), limits.CLUSTER_SIGNATURE_WINDOW_MS, self._nonces)
             except QuorumqError as refused:
                 log.warning("%s from %s refused: %s", method, context.peer(), refused)
