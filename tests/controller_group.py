@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness import LocalCluster, check_for, cli, pid_alive, process_state
-from quorumq.client import ClientError
+from quorumq.client import ClientError, Credentials
 from replica_group import SETTLE_S, ReplicaGroupBase
 
 SEND_OK = "SEND_OK"
@@ -37,8 +37,8 @@ class Group(ReplicaGroupBase):
     """The broker group broker-a of a controller-mode cluster, seen as a user sees it: which broker
     is master changes, so `master()` and `slaves()` ask."""
 
-    def __init__(self, cluster: dict) -> None:
-        super().__init__(cluster, admin_timeout_s=3.0)
+    def __init__(self, cluster: dict, credentials: Credentials | None = None) -> None:
+        super().__init__(cluster, admin_timeout_s=3.0, credentials=credentials)
         self.brokers = [p for p in cluster["processes"] if p["kind"] == "broker"]
         self.controllers = [p for p in cluster["processes"] if p["kind"] == "controller"]
         self.zookeepers = [p for p in cluster["processes"] if p["kind"] == "zookeeper"]
@@ -71,7 +71,8 @@ class Group(ReplicaGroupBase):
         return [b for b in self.brokers if b is not master]
 
     def admin_json(self, *args: str) -> dict:
-        result = cli("admin", *args, "-a", self.controller_addresses, "--json")
+        signing = ("--ak", self.credentials.access_key, "--sk", self.credentials.secret_key) if self.credentials else ()
+        result = cli("admin", *args, "-a", self.controller_addresses, "--json", *signing)
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
@@ -128,13 +129,14 @@ class Group(ReplicaGroupBase):
 
 
 @contextmanager
-def started_group(directory: Path, controllers: int, sets: dict[str, str] | None = None, **options) -> Iterator[Group]:
+def started_group(directory: Path, controllers: int, sets: dict[str, str] | None = None,
+                  credentials: Credentials | None = None, **options) -> Iterator[Group]:
     """A controller-mode cluster of one group of three (`quorumq up` with SETS, and `sets` over
-    them, and LocalCluster's other options) as a Group; every process stops when the block ends,
-    whatever happened."""
+    them, and LocalCluster's other options) as a Group, whose calls are signed with `credentials`;
+    every process stops when the block ends, whatever happened."""
     cluster = LocalCluster(directory, replicas=3, controllers=controllers, sets={**SETS, **(sets or {})}, **options)
     try:
-        group = Group(cluster.start(timeout=90))
+        group = Group(cluster.start(timeout=90), credentials)
         group.cluster_file = cluster.directory / "cluster.json"
         try:
             yield group

@@ -34,6 +34,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from quorumq.cli.up import PORT_SPAN
 from quorumq.client import AdminClient, Blocking
 from quorumq.controller.zookeeper import server_argv
+from quorumq.core import auth
 
 # Below Linux's ephemeral range (32768+), so no outgoing connection holds one of our ports.
 PORT_RANGE = (21000, 32000)
@@ -295,9 +296,10 @@ def process_of(cluster: dict, kind: str) -> dict:
     return next(p for p in cluster["processes"] if p["kind"] == kind)
 
 
-def create_topic(cluster: dict, topic: str, queues: int) -> None:
-    """The topic, with `queues` read and write queues, on every master of the cluster."""
-    with Blocking(AdminClient, cluster["access_point"]) as admin:
+def create_topic(cluster: dict, topic: str, queues: int, credentials: auth.Credentials | None = None) -> None:
+    """The topic, with `queues` read and write queues, on every master of the cluster (signed with
+    `credentials` for a cluster with authenticationEnabled)."""
+    with Blocking(AdminClient, cluster["access_point"], credentials=credentials) as admin:
         for broker in admin.brokers(masters_only=True):
             admin.update_topic(broker.address, topic, queues, queues)
 

@@ -12,7 +12,7 @@ import uuid
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
 from harness import check_for, pid_alive, resume, start_process, stop_process, v5_message, v5_send
-from quorumq.client import AdminClient, Blocking, Message, Producer, PullConsumer, SendResult
+from quorumq.client import AdminClient, Blocking, Credentials, Message, Producer, PullConsumer, SendResult
 
 SETTLE_S = 60.0  # restarting replicas and letting the master count them in sync again
 
@@ -27,11 +27,13 @@ class ReplicaGroupBase:
     brings back (`restartable`), what it waits for before the group counts as in sync again
     (`settle`) and when the group is in sync (`in_sync`)."""
 
-    def __init__(self, cluster: dict, admin_timeout_s: float, send_timeout_s: float | None = None) -> None:
+    def __init__(self, cluster: dict, admin_timeout_s: float, send_timeout_s: float | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.cluster = cluster
-        self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=admin_timeout_s)
+        self.credentials = credentials  # every call signed with them (a cluster with authenticationEnabled)
+        self.admin = Blocking(AdminClient, cluster["access_point"], timeout_s=admin_timeout_s, credentials=credentials)
         timeout = {} if send_timeout_s is None else {"timeout_s": send_timeout_s}
-        self.producer = Blocking(Producer, cluster["access_point"], **timeout)
+        self.producer = Blocking(Producer, cluster["access_point"], credentials=credentials, **timeout)
 
     def close(self) -> None:
         self.producer.close()
@@ -124,7 +126,7 @@ class ReplicaGroupBase:
 
     def bodies(self, topic: str) -> list[bytes]:
         """Every message of the topic's queue 0, as its master serves it."""
-        with Blocking(PullConsumer, self.cluster["access_point"], "reader") as consumer:
+        with Blocking(PullConsumer, self.cluster["access_point"], "reader", credentials=self.credentials) as consumer:
             found, offset = [], 0
             while True:
                 result = consumer.pull(topic, 0, offset, 256)

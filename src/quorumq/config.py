@@ -293,9 +293,10 @@ class Config:
         if self._values["grpcPendingAnswerBytesTotal"] < self._values["grpcPendingAnswerBytesPerConnection"]:
             raise QuorumqError(Error.CONFIG_INVALID, "grpcPendingAnswerBytesTotal must be at least "
                                                      "grpcPendingAnswerBytesPerConnection")
-        if not self.users() and self._values["authenticationEnabled"]:
-            raise QuorumqError(Error.CONFIG_INVALID, "authenticationEnabled needs a user: set initAuthenticationUser "
-                                                     "or innerClientAuthenticationCredentials")
+        self.users()  # two users of one name differ: an error even with authentication off
+        if self._values["authenticationEnabled"] and self._values["innerClientAuthenticationCredentials"] is None:
+            raise QuorumqError(Error.CONFIG_INVALID, "authenticationEnabled needs innerClientAuthentication"
+                                                     "Credentials, which cluster members sign their calls with")
         if self._values["authenticationDateTimeWindowMillis"] < 0:
             raise QuorumqError(Error.CONFIG_INVALID, "authenticationDateTimeWindowMillis must not be negative "
                                                      "(0: not checked)")
@@ -304,6 +305,11 @@ class Config:
             self._check_broker()
         elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:
             raise QuorumqError(Error.CONFIG_INVALID, "a controller needs zookeeperAddress")
+
+    def inner_credentials(self) -> auth.Credentials | None:
+        """What this process signs its calls to other cluster members with."""
+        user = self._values["innerClientAuthenticationCredentials"]
+        return user.credentials if user is not None else None
 
     def users(self) -> dict[str, auth.User]:
         """The users a v5 client may authenticate as, by access key."""

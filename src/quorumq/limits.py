@@ -333,6 +333,16 @@ CONTROLLER_KEEPALIVE_TIMEOUT_MS = 1500  # unanswered this long, the connection e
 # too_many_pings): half the brokers' ping interval, so their timers' jitter never counts as abuse.
 CONTROLLER_PING_INTERVAL_MIN_MS = CONTROLLER_KEEPALIVE_TIME_MS // 2
 
+# Signed calls of the cluster protocol (core/cluster_auth.py). Its clients are quorumq's own and
+# sign their UTC time in milliseconds, so the window is always on; +-5 min is spec/reliability.md's
+# (S3 allows 15 min), room for clocks an NTP daemon keeps within seconds, not for a day's zone.
+CLUSTER_SIGNATURE_WINDOW_MS = 5 * 60_000
+# Nonces a server keeps to refuse a replayed call, about 210 bytes each (42 MB at the bound): each
+# stays about one window, so this takes 660 signed calls a second, sustained, per process (a
+# broker's batch benchmark makes about 220: 56k msg/s in calls of 256). Past it a signed call is
+# refused with TOO_MANY_REQUESTS until nonces expire; only a holder of a secret can fill it.
+CLUSTER_SIGNATURE_NONCES_MAX = 200_000
+
 assert REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT <= REPLICATION_TRANSFER_BATCH_BYTES_MAX
 assert REPLICATION_FRAME_DATA_BYTES_MAX < 1 << 32  # the frame's data length is a u32
 assert HA_SEND_HEARTBEAT_INTERVAL_MS_DEFAULT < HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT

@@ -4,7 +4,7 @@ server, broker and controller."""
 import inspect
 import logging
 import resource
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,33 @@ class HandlerWrapper(grpc.aio.ServerInterceptor):
                 return handler
             self._wrapped[method] = wrapped
         return wrapped
+
+
+def guarded(handler: grpc.RpcMethodHandler,
+            check: Callable[[Any, grpc.aio.ServicerContext], Awaitable[object | None]]) -> grpc.RpcMethodHandler:
+    """The handler with `check` awaited first in each of its calls, given the call's request (a
+    stream of requests for a streaming method) and context: a result other than None is the call's
+    answer (a server stream's one answer) and the handler does not run; a check may also abort."""
+    kind = next(kind for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+                if getattr(handler, kind) is not None)
+    behavior: Callable = getattr(handler, kind)
+    if inspect.isasyncgenfunction(behavior):  # a server stream: checked as it opens
+        async def answers(request, context):
+            refused = await check(request, context)
+            if refused is not None:
+                yield refused
+                return
+            async for response in behavior(request, context):
+                yield response
+        return handler._replace(**{kind: answers})
+
+    async def answer(request, context):
+        refused = await check(request, context)
+        if refused is not None:
+            return refused
+        result = behavior(request, context)  # gRPC's own defaults are not async
+        return await result if inspect.isawaitable(result) else result
+    return handler._replace(**{kind: answer})
 
 
 class MalformedRequests(HandlerWrapper):
@@ -218,14 +245,14 @@ class LimitedServer:
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                 bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock,
-                authentication: grpc.aio.ServerInterceptor | None = None) -> LimitedServer:
+                authentication: Sequence[grpc.aio.ServerInterceptor] = ()) -> LimitedServer:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
     `config` sets the limits on its connections (connection_limits.py) and whether it serves TLS
-    (tls.py). `authentication` decides a call before its request is parsed, after the connection
-    limits (protocol/authentication.py)."""
+    (tls.py). `authentication` decides a call before its request is parsed (a cluster call's on its
+    exact bytes), after the connection limits (protocol/authentication.py)."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
     soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
@@ -236,7 +263,7 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                   config["grpcUnreadAnswerTimeoutMills"])
     limited = ConnectionLimits(peers, clock.monotonic_ms)
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
-                             interceptors=[limited, *([authentication] if authentication else []),
+                             interceptors=[limited, *authentication,
                                            MalformedRequests(bounds or {}), *interceptors])
     credentials = tls.server_credentials(config)
     try:

@@ -31,11 +31,18 @@ from harness import (
     v5_message,
 )
 from quorumq.client import AdminClient, Blocking
+from quorumq.client import Credentials as QuorumqCredentials
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.errors import Error
+from quorumq.grpc_errors import sent_error
 
 ROOT, ROOT_SECRET = "root", "root-secret-7"
 INNER, INNER_SECRET = "inner", "inner-secret-9"
 UNAUTHORIZED = v5.Code.UNAUTHORIZED  # 40100
 GROUP = "GAuth"
+INNER_JSON = f'{{"accessKey": "{INNER}", "secretKey": "{INNER_SECRET}"}}'
+SIGNED = QuorumqCredentials(INNER, INNER_SECRET)  # quorumq's own client's, on the cluster protocol
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +50,7 @@ def secured(tmp_path_factory) -> dict:
     cluster = LocalCluster(tmp_path_factory.mktemp("secured"), sets={
         "authenticationEnabled": "true",
         "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}',
-        "innerClientAuthenticationCredentials": f'{{"accessKey": "{INNER}", "secretKey": "{INNER_SECRET}"}}'})
+        "innerClientAuthenticationCredentials": INNER_JSON})
     try:
         yield cluster.start()
     finally:
@@ -53,7 +60,7 @@ def secured(tmp_path_factory) -> dict:
 @pytest.fixture
 def topic(secured) -> str:
     name = f"T{uuid.uuid4().hex[:8]}"
-    create_topic(secured, name, 2)
+    create_topic(secured, name, 2, SIGNED)
     return name
 
 
@@ -64,7 +71,7 @@ def client_config(cluster: dict, ak: str = ROOT, sk: str = ROOT_SECRET) -> Clien
 def stored(cluster: dict, topic: str) -> int:
     """How many messages the topic's queues hold, read on the admin path (not a v5 call)."""
     broker = process_of(cluster, "broker")["address"]
-    with Blocking(AdminClient, cluster["access_point"]) as admin:
+    with Blocking(AdminClient, cluster["access_point"], credentials=SIGNED) as admin:
         return sum(queue.max_offset for queue in admin.queue_progress(broker, GROUP, topic).queues)
 
 
@@ -169,10 +176,14 @@ def stale(ak: str, sk: str, age_s: int) -> tuple[tuple[str, str], ...]:
 def test_controller_mode_replicas_check_what_they_forward_and_the_window(tmp_path_factory):
     """In controller mode a slave forwards a client's request to the master with the client's
     headers: a signed one is stored through a slave, an unsigned or stale one (the window on) is
-    refused by the slave and the master alike, and nothing of them is stored."""
+    refused by the slave and the master alike, and nothing of them is stored. The group, whose
+    members sign their cluster-protocol calls with the inner credentials, replicates; the
+    controller refuses an unsigned electMaster, config update and cleanBrokerData."""
     sets = {"authenticationEnabled": "true", "authenticationDateTimeWindowMillis": "60000",
-            "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}'}
-    with started_group(tmp_path_factory.mktemp("secured-controller"), controllers=1, sets=sets) as group:
+            "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}',
+            "innerClientAuthenticationCredentials": INNER_JSON}
+    with started_group(tmp_path_factory.mktemp("secured-controller"), controllers=1, sets=sets,
+                       credentials=SIGNED) as group:
         group.wait_in_sync()
         master, slave = group.master(), group.slaves()[0]
         topic = f"T{uuid.uuid4().hex[:8]}"
@@ -190,3 +201,22 @@ def test_controller_mode_replicas_check_what_they_forward_and_the_window(tmp_pat
                 assert sent.status.code == v5.Code.OK, (broker["address"], sent.status)
         progress = group.admin.queue_progress(master["address"], GROUP, topic)
         assert sum(queue.max_offset for queue in progress.queues) == 2
+        for other in group.slaves():  # the brokers replicate with authentication on
+            group.wait_caught_up(other, master)
+        # The controllers' cluster-protocol service: an unsigned election, config change or data
+        # clean-up is refused with UNAUTHENTICATED, and nothing changes.
+        config = group.admin_json("getControllerConfig")
+        with grpc.insecure_channel(group.controllers[0]["address"]) as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            for call, request in (
+                    (stub.ElectMaster, pb.ElectMasterRequest(cluster=group.cluster["cluster"], broker_name="broker-a",
+                                                             broker_id=slave["broker_id"], designated=True)),
+                    (stub.UpdateControllerConfig, pb.ConfigUpdate(key="enableElectUncleanMaster", value="true")),
+                    (stub.CleanBrokerData, pb.CleanBrokerDataRequest(cluster=group.cluster["cluster"],
+                                                                     broker_name="broker-a"))):
+                with pytest.raises(grpc.RpcError) as caught:
+                    call(request, timeout=5)
+                assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED, caught.value
+                assert sent_error(caught.value.trailing_metadata()).code == Error.UNAUTHENTICATED.code
+        assert group.admin_json("getControllerConfig") == config
+        assert group.master()["address"] == master["address"]

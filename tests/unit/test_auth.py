@@ -158,6 +158,7 @@ def test_every_kind_knows_the_keys(kind):
 
 @pytest.mark.parametrize("values, named", [
     ({"authenticationEnabled": "true"}, "authenticationEnabled"),
+    ({"authenticationEnabled": "true", "initAuthenticationUser": INIT}, "innerClientAuthenticationCredentials"),
     ({"initAuthenticationUser": "{username: root}"}, "initAuthenticationUser"),
     ({"innerClientAuthenticationCredentials": INIT}, "innerClientAuthenticationCredentials"),
     ({"initAuthenticationUser": INIT,

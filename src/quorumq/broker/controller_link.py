@@ -54,7 +54,8 @@ class ControllerLink:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.config = broker.config
-        self.client = ControllerClient(controller_addresses(self.config["controllerAddr"]))
+        self.client = ControllerClient(controller_addresses(self.config["controllerAddr"]),
+                                       credentials=self.config.inner_credentials())
         root = Path(self.config["storePathRootDir"])
         self._identity = root / "brokerIdentity"
         self._identity_temp = root / "brokerIdentity-temp"
@@ -157,7 +158,7 @@ class ControllerLink:
         """Cut this broker's log to where it agrees with the new master's, then replicate from it;
         retried until done or until another role change supersedes it."""
         broker = self.broker
-        channel = open_channel(master_address)
+        channel = open_channel(master_address, credentials=broker.config.inner_credentials())
         try:
             while broker.role is BrokerRole.SLAVE and broker.master_epoch == epoch and broker.slave is None:
                 try:

@@ -30,7 +30,9 @@ class NameServerLink:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.addresses = [address for address in broker.config["namesrvAddr"].split(";") if address]
-        self.stubs = [pb_grpc.NameServerStub(open_channel(address)) for address in self.addresses]
+        credentials = broker.config.inner_credentials()
+        self.stubs = [pb_grpc.NameServerStub(open_channel(address, credentials=credentials))
+                      for address in self.addresses]
         # Registrations started and finished, for `publish`; the lock lets one run at a time.
         self._started = self._finished = 0
         self._answered = False  # whether every name server answered the last one finished
@@ -162,7 +164,8 @@ async def copy_master_metadata(broker: Broker) -> None:
         if address not in channels:
             # One answer carries every topic and group (at GROUPS_MAX, 8 MB of names: past gRPC's
             # default 4 MiB); the master's send limit bounds it.
-            channels[address] = open_channel(address, ("grpc.max_receive_message_length", -1))
+            channels[address] = open_channel(address, ("grpc.max_receive_message_length", -1),
+                                             credentials=broker.config.inner_credentials())
         _, incarnation, version = applied if applied[0] == address else ("", "", 0)
         request = pb.MetadataRequest(broker_id=broker.replica_id, incarnation=incarnation, applied_version=version,
                                      wait_ms=int(SYNC_METADATA_INTERVAL_S * 1000))

@@ -1,5 +1,7 @@
 """`quorumq admin COMMAND -n ACCESS_POINT`: cluster administration in the spirit of RocketMQ's mqadmin.
-Controller commands (getSyncStateSet, electMaster, ...) take `-a CONTROLLER` instead.
+Controller commands (getSyncStateSet, electMaster, ...) take `-a CONTROLLER` instead. With
+`--ak AK --sk SK`, or QUORUMQ_ACCESS_KEY and QUORUMQ_SECRET_KEY in the environment, every call is
+signed, as a cluster with authenticationEnabled requires.
 
 Output is readable text, or JSON with --json. A failed command prints the error with its catalogue
 name and exits 1 (bad input too, refused before anything is sent); sendMessage exits 0 only for
@@ -9,6 +11,7 @@ SEND_OK.
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -16,12 +19,14 @@ from typing import Any, Awaitable, Callable
 
 import grpc
 
+from quorumq.cli.dashboard import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
 from quorumq.client.admin import message_type_name
 from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.client.controller import ControllerClient, controller_addresses
 from quorumq.client.errors import FanOutError
 from quorumq.cluster import cluster_pb2 as pb
+from quorumq.core.auth import Credentials
 from quorumq.core.controller_state import Code
 from quorumq.core.message_types import MESSAGE_TYPE_ATTRIBUTE, parse_attributes
 from quorumq.core.subscription import (
@@ -33,7 +38,7 @@ from quorumq.core.subscription import (
     parse_retry_max_times,
     retry_policy_from_json,
 )
-from quorumq.errors import QuorumqError
+from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.configs import group_from_pb, group_to_pb
 
 CONSUME_BATCH = 32
@@ -190,7 +195,7 @@ async def consumer_progress(args: argparse.Namespace, admin: AdminClient) -> Out
          arg("--tag"), arg("-b", "--broker-name", help="send to this broker"),
          arg("-i", "--queue-id", type=int, help="send to this queue"))
 async def send_message(args: argparse.Namespace, admin: AdminClient) -> Output:
-    async with Producer(args.namesrv) as producer:
+    async with Producer(args.namesrv, credentials=args.credentials) as producer:
         result = await producer.send(args.topic, Message(args.body.encode(), args.tag, tuple(args.keys.split())),
                                      args.queue_id, args.broker_name)
     text = (f"{result.status} msgId={result.message_id} broker={result.broker_name} queue={result.queue_id} "
@@ -211,7 +216,7 @@ def message_record(message: Any) -> dict:
          arg("-c", "--count", type=int, default=128, help="at most this many messages in all"))
 async def consume_message(args: argparse.Namespace, admin: AdminClient) -> Output:
     records = []
-    async with PullConsumer(args.namesrv, args.group) as consumer:
+    async with PullConsumer(args.namesrv, args.group, credentials=args.credentials) as consumer:
         for queue in await consumer.queues(args.topic):
             if args.queue_id not in (None, queue.queue_id) or args.broker_name not in (None, queue.broker_name):
                 continue
@@ -420,16 +425,29 @@ def fan_out_report(args: argparse.Namespace, error: FanOutError) -> str:
                      for address, failure in error.outcomes.items())
 
 
+def credentials(args: argparse.Namespace) -> Credentials | None:
+    """--ak/--sk, each else from the environment; None when neither names an access key."""
+    access_key = args.ak or os.environ.get(ACCESS_KEY_ENV, "")
+    secret_key = args.sk or os.environ.get(SECRET_KEY_ENV, "")
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise QuorumqError(Error.BAD_REQUEST, f"an access key needs its secret key and the other way round: "
+                                              f"--ak and --sk, or {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
+    return Credentials(access_key, secret_key)
+
+
 async def execute(args: argparse.Namespace) -> int:
     try:
+        args.credentials = credentials(args)
         if hasattr(args, "controller"):
-            client = ControllerClient(controller_addresses(args.controller))
+            client = ControllerClient(controller_addresses(args.controller), credentials=args.credentials)
             try:
                 output = await args.handler(args, client)
             finally:
                 await client.close()
         else:
-            async with AdminClient(args.namesrv) as admin:
+            async with AdminClient(args.namesrv, credentials=args.credentials) as admin:
                 output = await args.handler(args, admin)
     except FanOutError as error:
         print(fan_out_report(args, error))
@@ -449,6 +467,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     common.add_argument("-n", "--namesrv", required=True, metavar="ACCESS_POINT",
                         help="the name server's host:port")
     common.add_argument("--json", action="store_true", help="print JSON")
+    signing = argparse.ArgumentParser(add_help=False)
+    signing.add_argument("--ak", default="", metavar="ACCESS_KEY",
+                         help=f"sign every call as this user (default: ${ACCESS_KEY_ENV})")
+    signing.add_argument("--sk", default="", metavar="SECRET_KEY",
+                         help=f"the user's secret key (default: ${SECRET_KEY_ENV}, which ps does not show)")
     controller_common = argparse.ArgumentParser(add_help=False)
     controller_common.add_argument("-a", "--controller", required=True, metavar="ADDRESSES",
                                    help="controller host:port entries, separated by ;")
@@ -456,7 +479,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     subcommands = parser.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     for commands_of_kind, parent in ((COMMANDS, common), (CONTROLLER_COMMANDS, controller_common)):
         for name, (help_text, arguments, handler) in commands_of_kind.items():
-            sub = subcommands.add_parser(name, help=help_text, description=help_text, parents=[parent])
+            sub = subcommands.add_parser(name, help=help_text, description=help_text, parents=[parent, signing])
             for flags, options in arguments:
                 sub.add_argument(*flags, **options)
             sub.set_defaults(handler=handler)

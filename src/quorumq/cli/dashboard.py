@@ -13,8 +13,8 @@ from quorumq.errors import QuorumqError
 
 PORT_DEFAULT = 8080
 EXIT_FAILED = 1
-# The credentials the page's test message is signed with, for a cluster with authenticationEnabled
-# (`quorumq up` passes its innerClientAuthenticationCredentials).
+# The credentials every call of the dashboard (and of `quorumq admin`) is signed with, for a
+# cluster with authenticationEnabled (`quorumq up` passes its innerClientAuthenticationCredentials).
 ACCESS_KEY_ENV, SECRET_KEY_ENV = "QUORUMQ_ACCESS_KEY", "QUORUMQ_SECRET_KEY"
 
 

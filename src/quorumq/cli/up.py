@@ -328,13 +328,20 @@ async def not_ready(admin: AdminClient, processes: list[Planned], cluster: str) 
     return missing
 
 
+def inner_credentials(processes: list[Planned]) -> auth.Credentials | None:
+    """innerClientAuthenticationCredentials, which every process got: `up` signs its own checks
+    with them, and its dashboard's calls."""
+    inner = auth.inner_credentials(processes[0].values.get("innerClientAuthenticationCredentials", ""))
+    return inner.credentials if inner is not None else None
+
+
 async def wait_ready(processes: list[Planned], cluster: str, stopping: asyncio.Event,
                      timeout_s: float) -> str | None:
     """Wait until the cluster is writable (or `up` is told to stop); why not, or None."""
     namesrv = processes[0]
     deadline = time.monotonic() + timeout_s
     missing = ["the name server does not answer"]
-    async with AdminClient(namesrv.address, timeout_s=1.0) as admin:
+    async with AdminClient(namesrv.address, timeout_s=1.0, credentials=inner_credentials(processes)) as admin:
         while not stopping.is_set():
             dead = exited(processes)
             if dead:
@@ -355,7 +362,7 @@ async def wait_ready(processes: list[Planned], cluster: str, stopping: asyncio.E
 async def follow_roles(path: Path, cluster: str, processes: list[Planned], zookeepers: list[LocalZooKeeper],
                        dashboard: str, stopping: asyncio.Event) -> None:
     """Write cluster.json again whenever the name server routes a broker in another role."""
-    async with AdminClient(processes[0].address, timeout_s=1.0) as admin:
+    async with AdminClient(processes[0].address, timeout_s=1.0, credentials=inner_credentials(processes)) as admin:
         while not stopping.is_set():
             try:
                 if apply_roles(processes, routed_roles(await admin.cluster_info(), cluster)):
@@ -373,9 +380,9 @@ def start_dashboard(processes: list[Planned], directory: Path, port: int) -> sub
     controllers = ";".join(p.address for p in processes if p.kind is Kind.CONTROLLER)
     member = member_tls(processes)
     directory.mkdir(parents=True, exist_ok=True)
-    # Its test message is a v5 client's send: signed with the inner credentials, if any.
-    inner = auth.inner_credentials(processes[0].values.get("innerClientAuthenticationCredentials", ""))
-    signing = {ACCESS_KEY_ENV: inner.username, SECRET_KEY_ENV: inner.password} if inner is not None else {}
+    # Its calls, the test message's send too, are signed with the inner credentials, if any.
+    inner = inner_credentials(processes)
+    signing = {ACCESS_KEY_ENV: inner.access_key, SECRET_KEY_ENV: inner.secret_key} if inner is not None else {}
     with open(directory / "dashboard.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "quorumq.cli.main", "dashboard", "-n", processes[0].address, "--host", HOST,

@@ -14,15 +14,18 @@ from quorumq.client.errors import ClientError, FanOutError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, call
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.auth import Credentials
 
 SLAVE = "SLAVE"
 
 
 class AdminClient:
-    """Use `async with AdminClient("127.0.0.1:20000") as admin`."""
+    """Use `async with AdminClient("127.0.0.1:20000") as admin`; with `credentials` every call is
+    signed (client/signing.py), as a cluster with authenticationEnabled requires."""
 
-    def __init__(self, namesrv_address: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self._channels = Channels()
+    def __init__(self, namesrv_address: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
+                 credentials: Credentials | None = None) -> None:
+        self._channels = Channels(credentials)
         self._namesrv_address = namesrv_address
         self._timeout_s = timeout_s
 

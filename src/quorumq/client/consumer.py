@@ -89,7 +89,7 @@ class PullConsumer:
 
     def __init__(self, access_point: str, group: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
                  credentials: Credentials | None = None) -> None:
-        self._channels = Channels(credentials)  # signs the v5 calls
+        self._channels = Channels(credentials)  # signs every call
         self._routes = Routes(access_point, self._channels, timeout_s)
         self._group = v5.Resource(name=group)
         self._timeout_s = timeout_s

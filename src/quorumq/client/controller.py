@@ -13,6 +13,7 @@ from quorumq.client.errors import ClientError
 from quorumq.client.routes import open_channel
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.auth import Credentials
 
 CONTROLLER_NOT_LEADER = 2007  # core/controller_state.Code; kept literal so clients need not import the core
 CALL_TIMEOUT_S = 3.0
@@ -56,8 +57,10 @@ def next_address(addresses: list[str], asked: str, hint: str) -> str:
 
 
 class ControllerClient:
-    def __init__(self, addresses: list[str], timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(self, addresses: list[str], timeout_s: float = CALL_TIMEOUT_S,
+                 credentials: Credentials | None = None) -> None:
         self.addresses = list(addresses)
+        self._credentials = credentials  # every call signed with them (client/signing.py)
         self.leader = self.addresses[0]  # the best guess; corrected by the answers
         self._timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -86,7 +89,7 @@ class ControllerClient:
     def stub(self, address: str | None = None) -> pb_grpc.ControllerStub:
         address = address or self.leader
         if address not in self._channels:
-            self._channels[address] = open_channel(address, *_CALL_OPTIONS)
+            self._channels[address] = open_channel(address, *_CALL_OPTIONS, credentials=self._credentials)
         return pb_grpc.ControllerStub(self._channels[address])
 
     def stream_stub(self, address: str) -> pb_grpc.ControllerStub:
@@ -95,7 +98,7 @@ class ControllerClient:
         heartbeat stream until it knows of a controller to go to (`unreachable`), rather than
         gRPC ending it, which the controller would take for the broker's death."""
         if address not in self._stream_channels:
-            self._stream_channels[address] = open_channel(address)
+            self._stream_channels[address] = open_channel(address, credentials=self._credentials)
         return pb_grpc.ControllerStub(self._stream_channels[address])
 
     async def unreachable(self, address: str, connect_timeout_s: float) -> None:

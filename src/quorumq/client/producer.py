@@ -132,7 +132,7 @@ class Producer:
                  credentials: Credentials | None = None) -> None:
         if not 0 < batch_messages <= limits.BATCH_MESSAGES_MAX:
             raise ValueError(f"batch_messages must lie in 1..{limits.BATCH_MESSAGES_MAX}")
-        self._channels = Channels(credentials)  # signs the v5 route queries
+        self._channels = Channels(credentials)  # signs every call
         self._routes = Routes(access_point, self._channels, timeout_s)
         self._window = asyncio.Semaphore(window)
         self._batch_messages = batch_messages

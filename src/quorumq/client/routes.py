@@ -15,6 +15,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc_grpc
 
 from quorumq import heap, limits
 from quorumq.client.errors import ClientError, check
+from quorumq.client.signing import signers
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.auth import DATE_TIME_FORMAT, SIGNED_HEADER, Credentials, authorization
 from quorumq.tls import client_tls
@@ -41,14 +42,16 @@ _CHANNEL_OPTIONS = (
 _client_index = itertools.count()
 
 
-def open_channel(address: str, *options: tuple[str, Any]) -> grpc.aio.Channel:
+def open_channel(address: str, *options: tuple[str, Any], credentials: Credentials | None = None) -> grpc.aio.Channel:
     """A channel to `address`, as every quorumq process opens one: it reconnects within about a
-    second of the peer coming back (limits.GRPC_RECONNECT_BACKOFF_MS_MAX), and speaks TLS when the
-    process does (tls.client_tls)."""
+    second of the peer coming back (limits.GRPC_RECONNECT_BACKOFF_MS_MAX), speaks TLS when the
+    process does (tls.client_tls), and with `credentials` signs its cluster-protocol calls (signing.py)."""
+    interceptors = signers(credentials) if credentials else None
     client = client_tls()
     if client is None:
-        return grpc.aio.insecure_channel(address, options=[*options, *_RECONNECT])
-    return grpc.aio.secure_channel(address, client.channel_credentials(), options=[*options, *_RECONNECT])
+        return grpc.aio.insecure_channel(address, options=[*options, *_RECONNECT], interceptors=interceptors)
+    return grpc.aio.secure_channel(address, client.channel_credentials(), options=[*options, *_RECONNECT],
+                                   interceptors=interceptors)
 
 
 def local_host() -> str:
@@ -84,7 +87,8 @@ class RouteQueue:
 
 class Channels:
     """One gRPC channel per address, shared by every request of a client, and the headers each
-    request carries: the client's id and, with credentials, its signature (core/auth.py)."""
+    request carries: the client's id and, with credentials, its signature (core/auth.py for v5
+    calls, client/signing.py for the cluster protocol's)."""
 
     def __init__(self, credentials: Credentials | None = None) -> None:
         heap.keep_freed_memory()  # batch requests and answers are large: reuse their memory
@@ -107,7 +111,7 @@ class Channels:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = open_channel(address, *_CHANNEL_OPTIONS)
+            channel = open_channel(address, *_CHANNEL_OPTIONS, credentials=self._credentials)
             self._channels[address] = channel
         return channel
 

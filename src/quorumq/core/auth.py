@@ -45,6 +45,11 @@ class User:
     user_type: UserType = UserType.NORMAL
     user_status: UserStatus = UserStatus.ENABLE
 
+    @property
+    def credentials(self) -> "Credentials":
+        """What a client signs with as this user."""
+        return Credentials(self.username, self.password)
+
 
 @dataclass(frozen=True)
 class Credentials:

@@ -37,10 +37,11 @@ class Dashboard:
     def __init__(self, namesrv: str, controllers: list[str], replicator: Path | None, clock: Clock,
                  credentials: Credentials | None = None) -> None:
         self.namesrv = namesrv
-        self.credentials = credentials  # what the test message is signed with
+        self.credentials = credentials  # what every call is signed with, the test message's send too
         self.clock = clock
-        self.admin = AdminClient(namesrv, timeout_s=CALL_TIMEOUT_S)
-        self.controllers = ControllerClient(controllers, timeout_s=CALL_TIMEOUT_S) if controllers else None
+        self.admin = AdminClient(namesrv, timeout_s=CALL_TIMEOUT_S, credentials=credentials)
+        self.controllers = (ControllerClient(controllers, timeout_s=CALL_TIMEOUT_S, credentials=credentials)
+                            if controllers else None)
         self.replicator = replicator
         self._last: tuple[float, dict] | None = None  # (when, counters) of the previous state
         self._rates: dict = {}

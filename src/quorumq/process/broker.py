@@ -24,7 +24,7 @@ from quorumq.endpoint.writer import MessageWriterService
 from quorumq.listen import grpc_server
 from quorumq.metrics import Exporter
 from quorumq.process import run, until_signalled
-from quorumq.protocol.authentication import v5_authentication
+from quorumq.protocol.authentication import authentication
 from quorumq.protocol.v5 import REQUEST_BOUNDS
 
 log = logging.getLogger("quorumq.broker")
@@ -42,7 +42,7 @@ async def serve(config: Config) -> None:
         ("grpc.max_receive_message_length", message_limit),
         ("grpc.max_send_message_length", message_limit),
     ], interceptors=[broker.metrics.rpc] if broker.metrics is not None else [], bounds=REQUEST_BOUNDS,
-        config=config, clock=clock, authentication=v5_authentication(config, clock))
+        config=config, clock=clock, authentication=authentication(config, clock))
     broker.open()
     namesrv = NameServerLink(broker)
     # In controller mode every replica takes the official client's requests for the master.

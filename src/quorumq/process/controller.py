@@ -14,6 +14,7 @@ from quorumq.controller.service import SERVER_OPTIONS, Controller
 from quorumq.listen import grpc_server
 from quorumq.metrics import Exporter
 from quorumq.process import run, until_signalled
+from quorumq.protocol.authentication import authentication
 
 log = logging.getLogger("quorumq.controller")
 
@@ -22,7 +23,8 @@ async def serve(config: Config) -> None:
     zookeeper = KazooClient(hosts=config["zookeeperAddress"], timeout=config["zookeeperSessionTimeoutMillis"] / 1000)
     controller = Controller(config, zookeeper, Clock())
     # Before ZooKeeper: a taken port ends it with no session open.
-    server = grpc_server(controller.address, SERVER_OPTIONS, config=config, clock=controller.clock)
+    server = grpc_server(controller.address, SERVER_OPTIONS, config=config, clock=controller.clock,
+                         authentication=authentication(config, controller.clock))
     # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
     await asyncio.to_thread(zookeeper.start_async)
     pb_grpc.add_ControllerServicer_to_server(controller, server)

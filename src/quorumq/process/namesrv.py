@@ -20,7 +20,7 @@ from quorumq.namesrv.service import (
     expire_loop,
 )
 from quorumq.process import run, until_signalled
-from quorumq.protocol.authentication import v5_authentication
+from quorumq.protocol.authentication import authentication
 from quorumq.protocol.routes import RouteRegistry
 from quorumq.protocol.v5 import REQUEST_BOUNDS
 
@@ -35,7 +35,7 @@ async def serve(config: Config) -> None:
     server = grpc_server(address, options=[("grpc.max_receive_message_length", limits.REGISTRATION_BYTES_MAX)],
                          interceptors=[rpc] if rpc is not None else [],
                          bounds={**REQUEST_BOUNDS, **NAMESRV_BOUNDS},
-                         config=config, clock=clock, authentication=v5_authentication(config, clock))
+                         config=config, clock=clock, authentication=authentication(config, clock))
     exporter = Exporter(config, lambda: collect(registry, rpc, address)) if rpc is not None else None
     pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
     v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)

@@ -7,21 +7,25 @@ request is parsed: each call's `authorization` header is decided by core/auth.py
 call or server stream is answered with the method's own response carrying UNAUTHENTICATED (v5
 40100); a Telemetry stream is checked once, as it opens (the client signs it once), and a refused
 one gets one command with that status and ends. Nothing behind the interceptor runs for a refused
-call, so nothing is stored or changed. quorumq's cluster protocol on the same port is not checked
-yet (docs/security.md)."""
+call, so nothing is stored or changed.
 
-import inspect
+The cluster protocol (cluster.proto) on the broker's, the name server's and the controllers' ports
+is checked too, with quorumq's own scheme (core/cluster_auth.py): each call signed over its method,
+time, nonce and request bytes, refused with UNAUTHENTICATED as a failed call."""
+
 import logging
-from collections.abc import Callable
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
+from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.config import Config
+from quorumq.core import cluster_auth
 from quorumq.core.auth import SIGNED_HEADER, User, authenticate
 from quorumq.errors import QuorumqError
-from quorumq.listen import HandlerWrapper
+from quorumq.grpc_errors import abort
+from quorumq.listen import HandlerWrapper, guarded
 from quorumq.protocol.v5 import error_status
 
 log = logging.getLogger("quorumq.authentication")
@@ -56,30 +60,47 @@ class V5Authentication(HandlerWrapper):
         return None
 
     def _checked(self, handler: grpc.RpcMethodHandler, method) -> grpc.RpcMethodHandler:
-        kind = next(kind for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-                    if getattr(handler, kind) is not None)
-        behavior: Callable = getattr(handler, kind)
-        if inspect.isasyncgenfunction(behavior):  # a server stream, Telemetry's included: checked as it opens
-            async def answers(request, context):
-                refused = self.refusal(context, method)
-                if refused is not None:
-                    yield refused
-                    return
-                async for response in behavior(request, context):
-                    yield response
-            return handler._replace(**{kind: answers})
-
-        async def answer(request, context):
-            refused = self.refusal(context, method)
-            if refused is not None:
-                return refused
-            result = behavior(request, context)
-            return await result if inspect.isawaitable(result) else result
-        return handler._replace(**{kind: answer})
+        async def check(request, context: grpc.aio.ServicerContext) -> object | None:
+            return self.refusal(context, method)
+        return guarded(handler, check)
 
 
-def v5_authentication(config: Config, clock: Clock) -> V5Authentication | None:
-    """The interceptor a server with a v5 service runs, or None when authentication is off."""
+class ClusterAuthentication(HandlerWrapper):
+    """Each cluster-protocol method's handler with its signature checked in each call
+    (core/cluster_auth.py), on the request's exact bytes: this runs before the request is parsed
+    (listen.MalformedRequests). A refused call fails with UNAUTHENTICATED (catalogue 304, in the
+    trailing metadata as every cluster error, grpc_errors.py) and nothing behind it runs."""
+
+    def __init__(self, users: dict[str, User], clock: Clock) -> None:
+        super().__init__()
+        self._users = users
+        self._clock = clock
+        self._nonces = cluster_auth.Nonces(limits.CLUSTER_SIGNATURE_WINDOW_MS, limits.CLUSTER_SIGNATURE_NONCES_MAX)
+
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        if not method.startswith(cluster_auth.METHOD_PREFIX):
+            return None
+        streaming = handler.request_streaming
+
+        async def check(request, context: grpc.aio.ServicerContext) -> None:
+            metadata = {key: value for key, value in context.invocation_metadata() or ()
+                        if key in cluster_auth.HEADERS}
+            body = b"" if streaming else request  # a stream of requests is signed once, as it opens
+            assert isinstance(body, bytes), "MalformedRequests, after this, parses the request"
+            try:
+                cluster_auth.authenticate(metadata, method, body, self._users,
+                                          self._clock.now_ms(), limits.CLUSTER_SIGNATURE_WINDOW_MS, self._nonces)
+            except QuorumqError as refused:
+                log.warning("%s from %s refused: %s", method, context.peer(), refused)
+                await abort(context, refused)
+        return guarded(handler, check)
+
+
+def authentication(config: Config, clock: Clock) -> list[grpc.aio.ServerInterceptor]:
+    """The checks a server runs on every call of its v5 and cluster services; none when
+    authentication is off."""
     if not config["authenticationEnabled"]:
-        return None
-    return V5Authentication(config.users(), config["authenticationDateTimeWindowMillis"], clock)
+        return []
+    users = config.users()
+    return [V5Authentication(users, config["authenticationDateTimeWindowMillis"], clock),
+            ClusterAuthentication(users, clock)]

@@ -1,0 +1,49 @@
+"""The signing of quorumq's own cluster-protocol calls (core/cluster_auth.py) on a channel: one
+interceptor covers every call made on it, whatever stub makes it.
+
+The signature covers the SHA-256 of the request's bytes, and the server hashes exactly the bytes
+it receives. Here the request is still an object: it is hashed as `SerializeToString()` writes it,
+the function the stub's serializer calls on the same object right after, which writes an unchanged
+message the same way each time in one process (map entries included). Should the two ever differ,
+the call is refused, never wrongly accepted. v5 calls on the same channel carry their own header
+(routes.Channels) and pass through unsigned here."""
+
+import secrets
+import time
+from typing import Any
+
+import grpc
+
+from quorumq.core import cluster_auth
+from quorumq.core.auth import Credentials
+
+
+class _Signing:
+    """Signs each cluster-protocol call with `credentials`, the current UTC time and a fresh nonce."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    def _signed(self, details: grpc.aio.ClientCallDetails, body: bytes) -> grpc.aio.ClientCallDetails:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if not method.startswith(cluster_auth.METHOD_PREFIX):
+            return details
+        signature = cluster_auth.sign(self._credentials, method, body, time.time_ns() // 1_000_000,
+                                      secrets.token_hex(cluster_auth.NONCE_BYTES))
+        return details._replace(metadata=grpc.aio.Metadata(*(details.metadata or ()), *signature))
+
+
+class _UnarySigning(_Signing, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, client_call_details, request) -> Any:
+        return await continuation(self._signed(client_call_details, request.SerializeToString()), request)
+
+
+class _StreamSigning(_Signing, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator) -> Any:
+        return await continuation(self._signed(client_call_details, b""), request_iterator)  # signed as it opens
+
+
+def signers(credentials: Credentials) -> list[grpc.aio.ClientInterceptor]:
+    """The interceptors that sign a channel's cluster-protocol calls: one per kind of call that
+    cluster.proto has, as grpc.aio files an interceptor under the first kind it is only."""
+    return [_UnarySigning(credentials), _StreamSigning(credentials)]
