@@ -41,6 +41,7 @@ from quorumq.broker.transactions import Transactions
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.config import Config
+from quorumq.core import auth
 from quorumq.core.epochs import EpochCache, find_consistent_point
 from quorumq.core.message_types import TopicMessageType
 from quorumq.core.quorum import BrokerRole
@@ -88,6 +89,8 @@ class Broker:
         self._ha_tls_server = tls.server_context(config)
         member = tls.ClientTls.of_member(config)
         self._ha_tls_client = member.context() if member is not None else None
+        # With authentication, a slave proves on the HA port that it holds the inner credentials.
+        self._ha_inner: auth.User | None = config["innerClientAuthenticationCredentials"]
         self.master_address = ""  # a slave's master (gRPC), from the name server
         self.slave_lost = asyncio.Event()  # controller mode: a slave's connection ended
         self._readable_end = 0  # see readable_end; nothing is known to be on every member yet
@@ -322,7 +325,8 @@ class Broker:
             self.store, clock=self.clock, cluster_name=self.config["brokerClusterName"],
             broker_name=self.config["brokerName"], host=self.config["bindAddress"], port=self.config["haListenPort"],
             transfer_batch_bytes=self.config["haTransferBatchSize"], on_slave_lost=self._on_slave_lost,
-            epochs=self.epochs, tls=self._ha_tls_server, **self._ha_intervals())
+            epochs=self.epochs, tls=self._ha_tls_server, authenticate=self.config["authenticationEnabled"],
+            inner=self._ha_inner, **self._ha_intervals())
 
     def _new_replication_slave(self, host: str, port: int) -> ReplicationSlave:
         return ReplicationSlave(
@@ -332,7 +336,18 @@ class Broker:
             acks_flushed=self.config["flushDiskType"] == "SYNC_FLUSH", async_learner=self.config["asyncLearner"],
             sync_from_last_file=self.config["syncFromLastFile"], epochs=self.epochs,
             epoch_file=self.epoch_file if self.controller_mode else None, known_epoch=self.master_epoch,
-            on_appended=self._lease_records_copied, tls=self._ha_tls_client, **self._ha_intervals())
+            on_appended=self._lease_records_copied, tls=self._ha_tls_client,
+            credentials=self._ha_credentials(), **self._ha_intervals())
+
+    def _ha_credentials(self) -> auth.Credentials | None:
+        """What a slave answers its master's challenge with (None: it expects no challenge)."""
+        if not self.config["authenticationEnabled"]:
+            return None
+        if self._ha_inner is None:
+            log.error("authenticationEnabled without innerClientAuthenticationCredentials: the master "
+                      "refuses this slave on its HA port")
+            return None
+        return auth.Credentials(self._ha_inner.username, self._ha_inner.password)
 
     def _ha_intervals(self) -> dict[str, float]:
         return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,

@@ -11,6 +11,10 @@ the tracker rejects, or a store error ends the connection; the slave reconnects.
 
 A second connection from a slave id already connected replaces the first, which is closed.
 
+With `authenticate` (authenticationEnabled) the master first sends a CHALLENGE and reads the
+slave's ANSWER before its HANDSHAKE (core/replication_auth.py); a slave that does not prove it
+holds `inner` (innerClientAuthenticationCredentials) is refused, logged, and sent nothing more.
+
 In controller mode (`epochs` given) every frame carries the master epoch that wrote its bytes, read
 from the epoch cache for each frame, and a DATA frame never spans two epochs; a HEARTBEAT carries
 the current epoch. Without a controller the epoch is 0.
@@ -18,15 +22,18 @@ the current epoch. Without a controller the epoch is 0.
 
 import asyncio
 import logging
+import secrets
 import ssl
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from quorumq import limits
 from quorumq.clock import Clock
+from quorumq.core.auth import User
 from quorumq.core.epochs import EpochCache
 from quorumq.core.put_status import PutStatus
 from quorumq.core.quorum import AckRejected, AckTracker
+from quorumq.core.replication_auth import NONCE_BYTES, decode_answer, encode_challenge, refusal
 from quorumq.core.replication_frames import (
     NEED_DATA,
     Ack,
@@ -69,7 +76,7 @@ class ReplicationMaster:
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
                  epochs: EpochCache | None = None,
                  on_slave_lost: Callable[[int], None] = lambda slave_id: None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, authenticate: bool = False, inner: User | None = None) -> None:
         if not 0 < transfer_batch_bytes <= limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX:
             raise ValueError(f"haTransferBatchSize must lie in 1..{limits.REPLICATION_TRANSFER_BATCH_BYTES_MAX}")
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
@@ -87,6 +94,8 @@ class ReplicationMaster:
         self._epochs = epochs
         self._on_slave_lost = on_slave_lost  # the put path may re-plan waiting puts (quorum decision 11)
         self._tls = tls  # a connection whose TLS handshake fails never reaches _serve
+        self._authenticate = authenticate
+        self._inner = inner  # the only identity a slave may prove (None: every slave is refused)
         self._server: asyncio.Server | None = None
         self._connections: dict[int, _SlaveConnection] = {}  # slave id -> its current connection
         self._handlers: dict[asyncio.Task, asyncio.StreamWriter] = {}  # connection handler -> its socket
@@ -232,7 +241,10 @@ class ReplicationMaster:
             if self._stopping:
                 return
             codec = ReplicationConnection(Role.MASTER)
-            handshake = await self._read_handshake(reader, codec)
+            nonce = secrets.token_bytes(NONCE_BYTES) if self._authenticate else None
+            if nonce is not None:
+                writer.write(encode_challenge(nonce))
+            handshake = await self._read_handshake(reader, codec, nonce)
             if handshake is None:
                 return
             start = self._check_handshake(handshake)
@@ -251,9 +263,19 @@ class ReplicationMaster:
             writer.close()
             del self._handlers[task]
 
-    async def _read_handshake(self, reader: asyncio.StreamReader,
-                              codec: ReplicationConnection) -> Handshake | None:
+    async def _read_handshake(self, reader: asyncio.StreamReader, codec: ReplicationConnection,
+                              nonce: bytes | None) -> Handshake | None:
+        """The slave's handshake; with a challenge sent (`nonce`), only after an answer that
+        proves the slave holds the inner credentials (else HandshakeRefused)."""
         async with asyncio.timeout(self._housekeeping_s):
+            answer = None
+            if nonce is not None:
+                buffer = b""
+                while (answer := decode_answer(buffer)) is None:
+                    if not (data := await reader.read(limits.REPLICATION_READ_BYTES)):
+                        return None
+                    buffer += data
+                codec.feed(buffer[answer[2]:])
             while True:
                 event = codec.next_event()
                 if event is NEED_DATA:
@@ -262,6 +284,9 @@ class ReplicationMaster:
                 if isinstance(event, ConnectionClosed):
                     return None
                 assert isinstance(event, Handshake), event  # the transition table admits nothing else
+                if nonce is not None and answer is not None and (
+                        reason := refusal(self._inner, nonce, answer[0], answer[1], event)):
+                    raise HandshakeRefused(f"slave {event.broker_id} not authenticated: {reason}")
                 return event
 
     def _check_handshake(self, handshake: Handshake) -> int:

@@ -26,6 +26,9 @@ master (controller_link.py); the handshake names the epoch of the slave's last b
 of a newer epoch is recorded in the epoch file before its bytes are appended, and a HEARTBEAT from
 a master whose current epoch is older than the one the controller announced (`known_epoch`) ends
 the session: a deposed master gets no acks.
+
+With `credentials` (authenticationEnabled: the cluster's inner credentials) the slave first reads
+the master's CHALLENGE and sends its ANSWER before the HANDSHAKE (core/replication_auth.py).
 """
 
 import asyncio
@@ -37,7 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from quorumq import limits
 from quorumq.clock import Clock
+from quorumq.core.auth import Credentials
 from quorumq.core.epochs import EpochCache
+from quorumq.core.replication_auth import CHALLENGE_BYTES, decode_challenge, encode_answer
 from quorumq.core.replication_frames import (
     NEED_DATA,
     Ack,
@@ -66,7 +71,7 @@ class ReplicationSlave:
                  housekeeping_interval_s: float = limits.HA_HOUSEKEEPING_INTERVAL_MS_DEFAULT / 1000,
                  backoff_min_s: float = limits.HA_RECONNECT_BACKOFF_S_MIN,
                  backoff_max_s: float = limits.HA_RECONNECT_BACKOFF_S_MAX,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, credentials: Credentials | None = None) -> None:
         if broker_id < 1:
             raise ValueError(f"a slave's brokerId must be at least 1, got {broker_id}")
         if not 0 < heartbeat_interval_s < housekeeping_interval_s:
@@ -91,6 +96,7 @@ class ReplicationSlave:
         self._backoff_min_s = backoff_min_s
         self._backoff_max_s = backoff_max_s
         self._tls = tls  # the master's certificate is checked against master_host
+        self._credentials = credentials  # answer the master's challenge with these
         self._task: asyncio.Task | None = None
         self._received = False  # the current session has received a frame
         self._flush_thread: ThreadPoolExecutor | None = None
@@ -156,9 +162,11 @@ class ReplicationSlave:
         tasks: list[asyncio.Task] = []
         try:
             log_epoch = self._epochs.last_epoch if self._epochs is not None else 0
-            writer.write(codec.encode(Handshake(self.broker_id, self.cluster_name, self.broker_name,
-                                                self._store.max_offset, log_epoch, self.acks_flushed,
-                                                self.async_learner, self.sync_from_last_file)))
+            handshake = Handshake(self.broker_id, self.cluster_name, self.broker_name, self._store.max_offset,
+                                  log_epoch, self.acks_flushed, self.async_learner, self.sync_from_last_file)
+            if self._credentials is not None:
+                writer.write(encode_answer(self._credentials, await self._read_challenge(reader), handshake))
+            writer.write(codec.encode(handshake))
             self.sessions += 1
             self._send_ack(writer, codec)
             self.connected = True
@@ -201,6 +209,16 @@ class ReplicationSlave:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             writer.close()
+
+    async def _read_challenge(self, reader: asyncio.StreamReader) -> bytes:
+        """The master's nonce; it sends nothing else before the handshake."""
+        buffer = b""
+        async with asyncio.timeout(self._housekeeping_s):
+            while (nonce := decode_challenge(buffer)) is None:
+                if not (data := await reader.read(CHALLENGE_BYTES - len(buffer))):
+                    raise RemoteProtocolError("the master closed the connection before its challenge")
+                buffer += data
+        return nonce
 
     def _take_events(self, codec: ReplicationConnection) -> tuple[bool, bool, bool]:
         """Apply every complete frame; returns (appended anything, any frame, the master closed)."""
