@@ -158,8 +158,8 @@ class ReplicaGroup(ReplicaGroupBase):
     test starts from; `restore` puts them back."""
 
     def __init__(self, cluster: dict, baseline: dict[str, object] | None = None, broker_name: str = "broker-a",
-                 send_timeout_s: float | None = None) -> None:
-        super().__init__(cluster, admin_timeout_s=5.0, send_timeout_s=send_timeout_s)
+                 send_timeout_s: float | None = None, credentials: Credentials | None = None) -> None:
+        super().__init__(cluster, admin_timeout_s=5.0, send_timeout_s=send_timeout_s, credentials=credentials)
         brokers = sorted((p for p in cluster["processes"] if p.get("broker_name") == broker_name),
                          key=lambda p: p["broker_id"])
         self.master, self.slaves = brokers[0], brokers[1:]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import LocalCluster, check_for, frozen, log_end, log_since
-from quorumq.client import Blocking, Credentials, Producer
+from quorumq.client import Credentials
 from quorumq.config import read_properties
 from quorumq.core.replication_auth import CHALLENGE_BYTES, decode_challenge, encode_answer
 from quorumq.core.replication_frames import NEED_DATA, Ack, Data, Handshake, ReplicationConnection, Role, encode_frame
@@ -31,10 +31,7 @@ def secured_group(tmp_path_factory):
         "innerClientAuthenticationCredentials": f'{{"accessKey": "{INNER}", "secretKey": "{INNER_SECRET}"}}'})
     try:
         info = cluster.start()
-        with closing(ReplicaGroup(info)) as group, \
-                Blocking(Producer, info["access_point"], timeout_s=15.0,
-                         credentials=Credentials(INNER, INNER_SECRET)) as producer:
-            group.producer = producer  # the group's own producer has no credentials
+        with closing(ReplicaGroup(info, send_timeout_s=15.0, credentials=Credentials(INNER, INNER_SECRET))) as group:
             group.wait_in_sync()
             yield group
     finally:
