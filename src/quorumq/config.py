@@ -6,6 +6,7 @@ not use are accepted with one warning; any other key is an error naming it.
 """
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -406,4 +407,8 @@ def _format_value(value: Any) -> str:
 
 
 def write_properties(path: Path, values: dict[str, str]) -> None:
-    Path(path).write_text("".join(f"{key}={value}\n" for key, value in values.items()))
+    """Readable by its owner alone: a config may hold secrets (initAuthenticationUser and others)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # a file written before keeps its mode otherwise
+    with os.fdopen(descriptor, "w") as file:
+        file.write("".join(f"{key}={value}\n" for key, value in values.items()))

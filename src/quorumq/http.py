@@ -12,6 +12,7 @@ from quorumq.errors import Error, QuorumqError
 
 log = logging.getLogger("quorumq.http")
 
+JSON = "application/json"  # the only body a POST may carry (serve_http says why)
 READ_TIMEOUT_S = 5.0  # a client that sends no whole request is dropped
 Response = tuple[str, str, bytes]  # status line ("200 OK"), content type, body
 Handler = Callable[[str, str, bytes], Awaitable[Response]]
@@ -26,8 +27,14 @@ async def serve_http(host: str, port: int, handler: Handler, what: str) -> async
             method, path = (request_line.split(" ") + ["", ""])[:2]
             length = next((int(line.partition(":")[2]) for line in header_lines
                            if line.lower().startswith("content-length:")), 0)
+            content_type = next((line.partition(":")[2].partition(";")[0].strip().lower() for line in header_lines
+                                 if line.lower().startswith("content-type:")), "")
             if not 0 <= length <= limits.HTTP_BODY_BYTES_MAX:
                 response = ("413 Content Too Large", "text/plain", b"request body too large\n")
+            elif method == "POST" and content_type != JSON:
+                # Another site's page can make a browser POST a form or text/plain here with no CORS
+                # preflight; a JSON POST needs one, which this server never grants.
+                response = ("415 Unsupported Media Type", "text/plain", b"a POST must be application/json\n")
             else:
                 body = await asyncio.wait_for(reader.readexactly(length), READ_TIMEOUT_S) if length else b""
                 response = await _answer(handler, method, path.partition("?")[0], body)

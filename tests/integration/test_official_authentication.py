@@ -7,6 +7,7 @@ service, for a unary call, a server stream and the Telemetry stream."""
 
 import json
 import time
+import urllib.error
 import urllib.request
 import uuid
 from datetime import datetime, timezone
@@ -125,12 +126,21 @@ def test_the_dashboard_of_quorumq_up_signs_its_test_message(secured, topic):
     producer, which asks the name server's v5 QueryRoute for the route) is served."""
     def send() -> dict:
         request = urllib.request.Request(f"{secured['dashboard']}api/send", method="POST",
-                                         data=json.dumps({"topic": topic, "body": "signed"}).encode())
+                                         data=json.dumps({"topic": topic, "body": "signed"}).encode(),
+                                         headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.loads(answer.read())
 
     result = check_for(10, 0.2, send, "the dashboard answers")
     assert result["ok"] and result["result"].startswith("SEND_OK"), result
+    assert stored(secured, topic) == 1
+    # What another site's page could make a browser post without a CORS preflight is refused.
+    form = urllib.request.Request(f"{secured['dashboard']}api/send", method="POST",
+                                  data=json.dumps({"topic": topic, "body": "forged"}).encode(),
+                                  headers={"Content-Type": "text/plain"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(form, timeout=10)
+    assert refused.value.code == 415
     assert stored(secured, topic) == 1
 
 

@@ -2,7 +2,7 @@ import logging
 
 import pytest
 
-from quorumq.config import Config, Kind, read_properties
+from quorumq.config import Config, Kind, read_properties, write_properties
 from quorumq.errors import Error, QuorumqError
 
 
@@ -87,3 +87,13 @@ def test_replication_values_are_checked():
     with pytest.raises(QuorumqError):
         config.update_live("inSyncReplicas", "0")
     assert config["inSyncReplicas"] == 1
+
+
+def test_a_written_config_is_readable_by_its_owner_alone_as_it_may_hold_secrets(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("old=1\n")
+    path.chmod(0o644)  # written before, by hand: rewritten, it is closed too
+    values = {"authenticationEnabled": "true", "initAuthenticationUser": '{"username": "a", "password": "s"}'}
+    write_properties(path, values)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_properties(path.read_text()) == values

@@ -341,13 +341,7 @@ class Broker:
 
     def _ha_credentials(self) -> auth.Credentials | None:
         """What a slave answers its master's challenge with (None: it expects no challenge)."""
-        if not self.config["authenticationEnabled"]:
-            return None
-        if self._ha_inner is None:
-            log.error("authenticationEnabled without innerClientAuthenticationCredentials: the master "
-                      "refuses this slave on its HA port")
-            return None
-        return auth.Credentials(self._ha_inner.username, self._ha_inner.password)
+        return self.config.inner_credentials() if self.config["authenticationEnabled"] else None
 
     def _ha_intervals(self) -> dict[str, float]:
         return {"heartbeat_interval_s": self.config["haSendHeartbeatInterval"] / 1000,

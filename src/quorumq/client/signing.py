@@ -24,10 +24,12 @@ class _Signing:
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
 
-    def _signed(self, details: grpc.aio.ClientCallDetails, body: bytes) -> grpc.aio.ClientCallDetails:
+    def _signed(self, details: grpc.aio.ClientCallDetails, request: Any) -> grpc.aio.ClientCallDetails:
+        """`request`: the message, hashed as serialized, or None for a stream (signed over no bytes)."""
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
         if not method.startswith(cluster_auth.METHOD_PREFIX):
             return details
+        body = request.SerializeToString() if request is not None else b""
         signature = cluster_auth.sign(self._credentials, method, body, time.time_ns() // 1_000_000,
                                       secrets.token_hex(cluster_auth.NONCE_BYTES))
         return details._replace(metadata=grpc.aio.Metadata(*(details.metadata or ()), *signature))
@@ -35,12 +37,12 @@ class _Signing:
 
 class _UnarySigning(_Signing, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, client_call_details, request) -> Any:
-        return await continuation(self._signed(client_call_details, request.SerializeToString()), request)
+        return await continuation(self._signed(client_call_details, request), request)
 
 
 class _StreamSigning(_Signing, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation, client_call_details, request_iterator) -> Any:
-        return await continuation(self._signed(client_call_details, b""), request_iterator)  # signed as it opens
+        return await continuation(self._signed(client_call_details, None), request_iterator)  # signed as it opens
 
 
 def signers(credentials: Credentials) -> list[grpc.aio.ClientInterceptor]:

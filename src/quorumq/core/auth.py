@@ -25,7 +25,8 @@ from quorumq.errors import Error, QuorumqError
 ALGORITHM = "MQv2-HMAC-SHA1"
 SIGNED_HEADER = "x-mq-date-time"
 DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"  # what the clients put in x-mq-date-time
-_SIGNATURE = re.compile(r"[0-9A-Fa-f]{40}")  # an HMAC-SHA1 in hex, in either case
+_SIGNATURE = re.compile(r"[0-9A-Fa-f]{40}")
+UNKNOWN_OR_WRONG = "unknown access key or wrong signature"  # an HMAC-SHA1 in hex, in either case
 
 
 class UserType(Enum):
@@ -125,10 +126,9 @@ def authenticate(header: str | None, date_time: str | None, users: dict[str, Use
     if date_time is None:
         raise refused(f"no {SIGNED_HEADER} header, the signed content")
     user = users.get(claimed.access_key)
-    if user is None:
-        raise refused(f"unknown access key {claimed.access_key!r}")
-    if not hmac.compare_digest(_digest(user.password, date_time), claimed.signature):
-        raise refused(f"the signature does not match the secret key of {claimed.access_key!r}")
+    # One answer for both, so that a caller cannot learn which access keys exist.
+    if user is None or not hmac.compare_digest(_digest(user.password, date_time), claimed.signature):
+        raise refused(UNKNOWN_OR_WRONG)
     if user.user_status is not UserStatus.ENABLE:
         raise refused(f"user {claimed.access_key!r} is disabled")
     if window_ms > 0:

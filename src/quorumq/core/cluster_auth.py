@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from quorumq.core.auth import Credentials, User, UserStatus, refused
+from quorumq.core.auth import UNKNOWN_OR_WRONG, Credentials, User, UserStatus, refused
 from quorumq.errors import Error, QuorumqError
 
 SCHEME = "QMQ1-HMAC-SHA256"
@@ -119,14 +119,14 @@ def authenticate(metadata: Mapping[str, str], method: str, body: bytes, users: d
     signed = parse(metadata)
     user = users.get(signed.access_key)
     if user is None:
-        raise refused(f"unknown access key {signed.access_key!r}")
+        raise refused(UNKNOWN_OR_WRONG)
     skew_ms = now_ms - signed.time_ms
     if abs(skew_ms) > window_ms:
         raise refused(f"{TIME_HEADER} {signed.time_ms} is {abs(skew_ms)} ms {'behind' if skew_ms > 0 else 'ahead of'} "
                       f"the server's time, more than the {window_ms} ms allowed")
     expected = _digest(user.password, method, signed.access_key, signed.time_ms, signed.nonce, body)
     if not hmac.compare_digest(expected, signed.signature):
-        raise refused(f"the signature does not match this call and the secret key of {signed.access_key!r}")
+        raise refused(UNKNOWN_OR_WRONG)
     if user.user_status is not UserStatus.ENABLE:
         raise refused(f"user {signed.access_key!r} is disabled")
     nonces.accept(signed.nonce, signed.time_ms, now_ms)

@@ -106,7 +106,8 @@ async function act(event) {
     if (fields.time) fields.timestamp_ms = new Date(fields.time).getTime();
     delete fields.time;
   }
-  const answer = await fetch(form.dataset.action, {method: "POST", body: JSON.stringify(fields)});
+  const answer = await fetch(form.dataset.action, {
+    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(fields)});
   const result = await answer.json();
   document.getElementById("action-result").textContent = result.ok ? result.result : result.error;
   poll();
