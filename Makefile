@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers clean
+.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -79,6 +79,7 @@ bench: setup
 	$(MAKE) --no-print-directory bench-topics
 	$(MAKE) --no-print-directory bench-fifo
 	$(MAKE) --no-print-directory bench-timers
+	$(MAKE) --no-print-directory bench-security
 
 # BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
 # worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
@@ -130,6 +131,12 @@ bench-fifo: setup
 # minutes). ARGS adds options of bench/bench_timers.py (e.g. ARGS="--fill-timers 100000").
 bench-timers: setup
 	$(PY) bench/bench_timers.py --wait-quiet 30 $(ARGS)
+
+# What authentication and TLS cost a sending client on one broker (issue 22): off/off, on/off, off/on and
+# on/on in turn, 7 rounds, the official client's sync send and quorumq's send_batch (about 10 minutes).
+# ARGS adds options of bench/bench_security.py (e.g. ARGS="--base-port 62000 --repeat 1 --seconds 2").
+bench-security: setup
+	$(PY) bench/bench_security.py --wait-quiet 30 $(ARGS)
 
 clean:
 	rm -rf run .pytest_cache

@@ -389,10 +389,15 @@ async def w_qq_batch(args):
     asyncio tasks each loop send_batch until the deadline, so `inflight` requests are on the wire;
     the producer spreads requests over the topic's queues round-robin. With args["groups"] the
     messages go to that many message groups in turn, and the producer splits each batch by the
-    groups' queues (a FIFO topic)."""
+    groups' queues (a FIFO topic). With args["credentials"] ([access key, secret key]) it signs every
+    call; only then is `credentials=` passed, which older trees do not know."""
     from quorumq.client import Message, Producer
     topic, payload, batch, inflight = args["topic"], body(), args["batch"], args["inflight"]
-    async with Producer(args["access_point"], window=inflight) as producer:
+    signing = {}
+    if args.get("credentials"):
+        from quorumq.client import Credentials
+        signing["credentials"] = Credentials(*args["credentials"])
+    async with Producer(args["access_point"], window=inflight, **signing) as producer:
         sent = 0
 
         def messages() -> list[Message]:
@@ -564,10 +569,10 @@ class Bench:
         self.src = ROOT / "src"  # the quorumq code the servers and the client workers run
 
     def worker(self, key: str, kind: str, args: dict, *, cpus: str | None = None, profile: bool = False,
-               timeout: float | None = None) -> dict:
-        """Run one measurement in a fresh worker process (killed after `timeout`, default --seconds + 60);
-        with --py-spy and `profile`, sample the servers and the worker meanwhile and summarise where the
-        time went."""
+               timeout: float | None = None, env: dict[str, str] | None = None) -> dict:
+        """Run one measurement in a fresh worker process (killed after `timeout`, default --seconds + 60,
+        with `env` added to its environment); with --py-spy and `profile`, sample the servers and the
+        worker meanwhile and summarise where the time went."""
         args = {"seconds": self.opts.seconds, **args}
         argv = [PYTHON, self.worker_script, "_worker", kind, json.dumps(args)]
         spies = []
@@ -582,7 +587,7 @@ class Bench:
         print(f"  {key} ...", end=" ", flush=True)
         try:
             res = common.run_worker(argv, label=key, timeout=timeout or self.opts.seconds + 60, log=self.log,
-                                    cpus=cpus, env=common.code_env(self.src))
+                                    cpus=cpus, env={**common.code_env(self.src), **(env or {})})
         finally:
             for _, spy in spies:
                 common.py_spy_stop(spy)

@@ -284,7 +284,10 @@ def w_pull_timers(args):
 def w_send_sync(args):
     """One official Producer shared by `threads` threads, each sending one message at a time for
     `seconds` (after WARMUP sends): a plain send, or with args["transaction"] begin_transaction,
-    send(message, tx) and tx.commit(). Latency of each send and of each commit."""
+    send(message, tx) and tx.commit(). Latency of each send and of each commit, and the CPU of
+    args["server_pids"] (if given) a message. With args["credentials"] ([access key, secret key]) the
+    client signs every call; with args["tls"] it talks TLS (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH in its
+    environment names the CA)."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker, TransactionResolution
 
     class Commit(TransactionChecker):
@@ -294,9 +297,10 @@ def w_send_sync(args):
         def check(self, message):  # noqa: ARG002
             return TransactionResolution.COMMIT
 
-    config = ClientConfiguration(args["access_point"], Credentials(), request_timeout=10)
+    config = ClientConfiguration(args["access_point"], Credentials(*args.get("credentials", ())), request_timeout=10)
     transactional = args["transaction"]
-    producer = Producer(config, (args["topic"],), Commit() if transactional else None)
+    producer = Producer(config, (args["topic"],), Commit() if transactional else None,
+                        tls_enable=args.get("tls", False))
     producer.startup()
     payload = b"x" * args["body_size"]
     lock = threading.Lock()
@@ -332,8 +336,14 @@ def w_send_sync(args):
                 if commit is not None:
                     commits.append(commit)
 
+    server = bench_fifo.bf.ServerCpu(args.get("server_pids"))
     clock: list[float] = []  # when every thread had warmed up
-    barrier = threading.Barrier(args["threads"], action=lambda: clock.append(time.perf_counter()))
+
+    def measure() -> None:
+        server.start()
+        clock.append(time.perf_counter())
+
+    barrier = threading.Barrier(args["threads"], action=measure)
 
     def run() -> None:
         for _ in range(WARMUP):
@@ -349,12 +359,15 @@ def w_send_sync(args):
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - clock[0]
+        server.stop()
     finally:
         bench_fifo.bf._quiet_shutdown(producer)
     op = [s + c for s, c in zip(sends, commits)] if transactional else sends
     result = {"messages": len(sends), "seconds": round(elapsed, 3), "rate": round(len(sends) / elapsed, 1),
               "errors": dict(errors), **common.latency_summary(op)}
     result.update({f"send_{k}": v for k, v in common.latency_summary(sends).items() if k != "samples"})
+    if server.used() is not None and sends:
+        result["server_cpu_us_per_msg"] = round(server.used() / len(sends) * 1e6, 1)
     if transactional:
         result.update({f"commit_{k}": v for k, v in common.latency_summary(commits).items() if k != "samples"})
     return result
