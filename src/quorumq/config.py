@@ -154,9 +154,10 @@ KEYS: dict[str, Key] = {
     "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
     "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
     "metricsPromExporterPort": Key(int, 5557, BNC),
-    # Authentication of the v5 clients (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every kind
+    # Authentication and authorization (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every kind
     # knows them, so one `quorumq up --set` reaches all; the controller serves no v5 client yet.
     "authenticationEnabled": Key(_bool, False, BNC),
+    "authorizationEnabled": Key(_bool, False, BNC),
     "initAuthenticationUser": Key(auth.init_user, None, BNC, secret=True),
     "innerClientAuthenticationCredentials": Key(auth.inner_credentials, None, BNC, secret=True),
     # quorumq: how far x-mq-date-time may lie from the server's clock; 0: not checked (core/auth.py).
@@ -298,6 +299,9 @@ class Config:
         if self._values["authenticationEnabled"] and self._values["innerClientAuthenticationCredentials"] is None:
             raise QuorumqError(Error.CONFIG_INVALID, "authenticationEnabled needs innerClientAuthentication"
                                                      "Credentials, which cluster members sign their calls with")
+        if self._values["authorizationEnabled"] and not self._values["authenticationEnabled"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "authorizationEnabled needs authenticationEnabled: rules "
+                                                     "are about who signed a call")
         if self._values["authenticationDateTimeWindowMillis"] < 0:
             raise QuorumqError(Error.CONFIG_INVALID, "authenticationDateTimeWindowMillis must not be negative "
                                                      "(0: not checked)")

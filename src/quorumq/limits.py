@@ -342,6 +342,13 @@ CLUSTER_SIGNATURE_WINDOW_MS = 5 * 60_000
 # broker's batch benchmark makes about 220: 56k msg/s in calls of 256). Past it a signed call is
 # refused with TOO_MANY_REQUESTS until nonces expire; only a holder of a secret can fill it.
 CLUSTER_SIGNATURE_NONCES_MAX = 200_000
+# ACL 2.0's users and rules (broker/access.py). Every broker sends them all with each registration
+# and to its slaves with its metadata, and each server checks a call against them in memory: a
+# thousand users with ten entries each is about 300 KB on the wire, within REGISTRATION_BYTES_MAX.
+USERS_MAX = 1000
+ACL_ENTRIES_PER_SUBJECT_MAX = 64
+PASSWORD_LENGTH_MAX = 256
+SOURCE_IPS_PER_ENTRY_MAX = 16
 
 assert REPLICATION_TRANSFER_BATCH_BYTES_DEFAULT <= REPLICATION_TRANSFER_BATCH_BYTES_MAX
 assert REPLICATION_FRAME_DATA_BYTES_MAX < 1 << 32  # the frame's data length is a u32

@@ -245,14 +245,16 @@ class LimitedServer:
 def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                 bounds: Mapping[str, RequestBound] | None = None, *, config: Config, clock: Clock,
-                authentication: Sequence[grpc.aio.ServerInterceptor] = ()) -> LimitedServer:
+                authentication: Sequence[grpc.aio.ServerInterceptor] = (),
+                authorization: Sequence[grpc.aio.ServerInterceptor] = ()) -> LimitedServer:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
     connections (clients then reach whichever process the kernel picks); here it fails to start.
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
     `config` sets the limits on its connections (connection_limits.py) and whether it serves TLS
     (tls.py). `authentication` decides a call before its request is parsed (a cluster call's on its
-    exact bytes), after the connection limits (protocol/authentication.py)."""
+    exact bytes), after the connection limits (protocol/authentication.py); `authorization` once it is
+    parsed."""
     logging.getLogger(GRPC_CORE_LOGGER).addFilter(_UNDELIVERED)  # once: a logger keeps one of each filter
     soft_open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     connections_max = config["grpcMaxConnections"] or limits.connections_max(soft_open_files)
@@ -264,7 +266,7 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
     limited = ConnectionLimits(peers, clock.monotonic_ms)
     server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
                              interceptors=[limited, *authentication,
-                                           MalformedRequests(bounds or {}), *interceptors])
+                                           MalformedRequests(bounds or {}), *authorization, *interceptors])
     credentials = tls.server_credentials(config)
     try:
         port = (server.add_insecure_port(address) if credentials is None

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from quorumq import metrics, tls
+from quorumq.broker.access import Access
 from quorumq.broker.consumers import ConsumerGroups
 from quorumq.broker.dead_letters import DeadLetters
 from quorumq.broker.lease_log import LeaseLog
@@ -97,6 +98,7 @@ class Broker:
         self._repair_until: int | None = None  # see store_damaged
         self.topics = Topics(self)
         self.metadata_sync = MetadataSync(self)
+        self.access = Access(self, root)
         self.sends = SendPath(self)
         self.pulls = Pulls(self)
         self.dead_letters = DeadLetters(self)
@@ -119,6 +121,7 @@ class Broker:
         if report.truncated_bytes:
             self._repair_until = report.end_offset + report.truncated_bytes
         self.topics.load()
+        self.access.load()
         root = Path(self.config["storePathRootDir"])
         lease_log = LeaseLog(self.store, root, self.clock, self.address, self.sends.check_role, self._lease_appended)
         self.consumers = ConsumerGroups(self.store, root, self.clock, self.config, self.readable_end, lease_log,
@@ -460,7 +463,7 @@ class Broker:
             auto_create_topic=self.config["autoCreateTopicEnable"],
             default_queue_nums=self.config["defaultTopicQueueNums"], perm=self.config["brokerPermission"],
             max_offset=self.store.max_offset, acting_master=self.config["enableSlaveActingMaster"],
-            master_epoch=self.master_epoch)
+            master_epoch=self.master_epoch, access=self.access.to_pb())
 
     @property
     def ha_address(self) -> str:

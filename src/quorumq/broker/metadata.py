@@ -1,5 +1,5 @@
 """What slaves copy besides the commit log (topic configs, consumer groups, their subscription
-configs and positions),
+configs and positions, ACL 2.0's users and rules),
 and, in controller mode with allAckInSyncStateSet, the wait until the SyncStateSet members have
 applied a change.
 
@@ -62,6 +62,13 @@ class MetadataSync:
         self.pulse()
         return self.version
 
+    async def changed(self, what: str) -> None:
+        """A change slaves copy; on a controller-mode master with allAckInSyncStateSet it is
+        answered once every SyncStateSet member has applied it."""
+        version = self.new_version()
+        if self._broker.role is not BrokerRole.SLAVE:
+            await self.replicated(version, what)
+
     def metadata(self) -> pb.BrokerMetadata:
         broker = self._broker
         return pb.BrokerMetadata(
@@ -70,7 +77,8 @@ class MetadataSync:
             offsets=[pb.QueueOffset(group=group, topic=topic, queue_id=queue_id, offset=offset)
                      for group, topic, queue_id, offset in broker.consumers.positions()],
             groups=broker.consumers.groups,
-            subscription_groups=[group_to_pb(group) for group in broker.consumers.subscriptions()])
+            subscription_groups=[group_to_pb(group) for group in broker.consumers.subscriptions()],
+            access=broker.access.to_pb())
 
     async def metadata_for(self, request: pb.MetadataRequest) -> pb.BrokerMetadata:
         """A slave's long poll: note the version it has applied, then answer once there is a newer
@@ -94,8 +102,10 @@ class MetadataSync:
         return request.broker_id > 0 and self._broker.controller_mode and self._broker.role is BrokerRole.SLAVE
 
     def adopt_metadata(self, metadata: pb.BrokerMetadata) -> None:
-        """A slave takes its master's topics, consumer groups, their configs and positions."""
+        """A slave takes its master's topics, consumer groups, their configs and positions, its
+        users and rules."""
         consumers = self._broker.consumers
+        self._broker.access.adopt(metadata.access)
         self._broker.topics.adopt([topic_config_from_pb(config) for config in metadata.topics])
         consumers.adopt_groups(dict(metadata.groups))
         consumers.adopt_subscriptions([group_from_pb(config) for config in metadata.subscription_groups])

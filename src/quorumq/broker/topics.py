@@ -100,21 +100,13 @@ class Topics:
         """An operator's subscription group update (updateSubGroup, the whole config), answered as
         a topic update is (change_topic)."""
         self._broker.consumers.set_subscription(group)
-        await self._changed_config(f"subscription group {group.name} update")
+        await self._broker.metadata_sync.changed(f"subscription group {group.name} update")
 
     async def delete_subscription(self, group: str) -> None:
         """An operator's deletion of a group's config (deleteSubGroup): the group has the defaults
         again; its positions stay."""
         self._broker.consumers.delete_subscription(group)
-        await self._changed_config(f"subscription group {group} deletion")
-
-    async def _changed_config(self, what: str) -> None:
-        """Slaves copy the change; on a controller-mode master with allAckInSyncStateSet it is
-        answered once every SyncStateSet member has applied it."""
-        sync = self._broker.metadata_sync
-        version = sync.new_version()
-        if self._broker.role is not BrokerRole.SLAVE:
-            await sync.replicated(version, what)
+        await self._broker.metadata_sync.changed(f"subscription group {group} deletion")
 
     async def delete_topic(self, topic: str) -> None:
         """An operator's deletion. A master writes it in the log and answers once its members hold

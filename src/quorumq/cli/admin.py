@@ -282,6 +282,135 @@ async def delete_sub_group(args: argparse.Namespace, admin: AdminClient) -> Outp
                             for a in addresses))
 
 
+# ACL 2.0 (mqadmin's names and flags). Each change goes to -b one broker or every master of -c a
+# cluster, as RocketMQ's; a user's password is shown as ******.
+
+USER = arg("-u", "--username", required=True)
+SUBJECT = arg("-s", "--subject", required=True, help="User:NAME")
+HIDDEN = "******"
+
+
+def user_record(user: pb.AuthUser) -> dict[str, str]:
+    return {"username": user.username, "password": HIDDEN,
+            "userType": user.user_type, "userStatus": user.user_status}
+
+
+def acl_record(rule: pb.Acl) -> dict[str, Any]:
+    return {"subject": rule.subject, "policies": [{"resource": e.resource, "actions": list(e.actions),
+                                                   "sourceIps": list(e.source_ips), "decision": e.decision}
+                                                  for e in rule.entries]}
+
+
+async def change_access(args: argparse.Namespace, admin: AdminClient, method: str, request: Any,
+                        what: str) -> Output:
+    addresses = await target_brokers(admin, args)
+    await admin.change_access(addresses, method, request)
+    return Output({"brokers": addresses}, "\n".join(f"{what} on {a}" for a in addresses))
+
+
+def _user_change(args: argparse.Namespace) -> pb.AuthUser:
+    return pb.AuthUser(username=args.username, password=args.password or "", user_type=args.user_type or "",
+                       user_status=getattr(args, "user_status", None) or "")
+
+
+@command("createUser", "create a user on brokers", USER, arg("-p", "--password", required=True),
+         arg("-t", "--user-type", help="Super or Normal (default)"), *BROKER_OR_CLUSTER)
+async def create_user(args: argparse.Namespace, admin: AdminClient) -> Output:
+    return await change_access(args, admin, "CreateUser", _user_change(args), f"created user {args.username}")
+
+
+@command("updateUser", "change a user's password, type or status on brokers", USER, arg("-p", "--password"),
+         arg("-t", "--user-type", help="Super or Normal"), arg("-s", "--user-status", help="enable or disable"),
+         *BROKER_OR_CLUSTER)
+async def update_user(args: argparse.Namespace, admin: AdminClient) -> Output:
+    return await change_access(args, admin, "UpdateUser", _user_change(args), f"updated user {args.username}")
+
+
+@command("deleteUser", "delete a user and its rules on brokers", USER, *BROKER_OR_CLUSTER)
+async def delete_user(args: argparse.Namespace, admin: AdminClient) -> Output:
+    return await change_access(args, admin, "DeleteUser", pb.UserRequest(username=args.username),
+                               f"deleted user {args.username}")
+
+
+async def _access_by_broker(args: argparse.Namespace, admin: AdminClient) -> dict[str, pb.AccessControl]:
+    return {address: await admin.access(address) for address in await target_brokers(admin, args)}
+
+
+@command("getUser", "show a user on brokers", USER, *BROKER_OR_CLUSTER)
+async def get_user(args: argparse.Namespace, admin: AdminClient) -> Output:
+    found = {address: [user_record(u) for u in access.users if u.username == args.username]
+             for address, access in (await _access_by_broker(args, admin)).items()}
+    rows = [[address, *user.values()] for address, users in found.items() for user in users]
+    return Output(found, table(["broker", "username", "password", "type", "status"], rows), ok=bool(rows))
+
+
+@command("listUser", "list the users on brokers (the config's two aside)", *BROKER_OR_CLUSTER,
+         arg("-f", "--filter", default="", help="only names starting with this"))
+async def list_user(args: argparse.Namespace, admin: AdminClient) -> Output:
+    found = {address: [user_record(u) for u in access.users if u.username.startswith(args.filter)]
+             for address, access in (await _access_by_broker(args, admin)).items()}
+    return Output(found, table(["broker", "username", "password", "type", "status"],
+                               [[address, *user.values()] for address, users in found.items() for user in users]))
+
+
+def _entry(args: argparse.Namespace) -> pb.Acl:
+    return pb.Acl(subject=args.subject, entries=[pb.AclEntry(
+        resource=resource, actions=args.actions.split(","), decision=args.decision,
+        source_ips=args.source_ip.split(",") if args.source_ip else []) for resource in args.resources.split(",")])
+
+
+ACL_ENTRY = (SUBJECT, arg("-r", "--resources", required=True, help="Topic:NAME, Group:NAME*, Cluster:*, *, "
+                                                                     "separated by commas"),
+             arg("-a", "--actions", required=True, help="Pub, Sub, Create, Update, Delete, Get, List, All, "
+                                                         "separated by commas"),
+             arg("-d", "--decision", required=True, help="Allow or Deny"),
+             arg("-i", "--source-ip", help="addresses or CIDR blocks, separated by commas (default: any)"),
+             *BROKER_OR_CLUSTER)
+
+
+@command("createAcl", "give a user rules on brokers (an entry replaces the user's for its resource)", *ACL_ENTRY)
+async def create_acl(args: argparse.Namespace, admin: AdminClient) -> Output:
+    return await change_access(args, admin, "CreateAcl", _entry(args), f"rules of {args.subject} set")
+
+
+@command("updateAcl", "change a user's rules on brokers (an entry replaces the user's for its resource)",
+         *ACL_ENTRY)
+async def update_acl(args: argparse.Namespace, admin: AdminClient) -> Output:
+    return await change_access(args, admin, "UpdateAcl", _entry(args), f"rules of {args.subject} set")
+
+
+@command("deleteAcl", "delete a user's rules on brokers: those of the resources named, else all", SUBJECT,
+         arg("-r", "--resources", help="resource patterns, separated by commas"), *BROKER_OR_CLUSTER)
+async def delete_acl(args: argparse.Namespace, admin: AdminClient) -> Output:
+    request = pb.AclRequest(subject=args.subject, resources=args.resources.split(",") if args.resources else [])
+    return await change_access(args, admin, "DeleteAcl", request, f"rules of {args.subject} deleted")
+
+
+def _acl_rows(found: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
+    return [[address, rule["subject"], entry["resource"], ",".join(entry["actions"]),
+             ",".join(entry["sourceIps"]) or "*", entry["decision"]]
+            for address, rules in found.items() for rule in rules for entry in rule["policies"]]
+
+
+ACL_HEADERS = ["broker", "subject", "resource", "actions", "source IPs", "decision"]
+
+
+@command("getAcl", "show a user's rules on brokers", SUBJECT, *BROKER_OR_CLUSTER)
+async def get_acl(args: argparse.Namespace, admin: AdminClient) -> Output:
+    found = {address: [acl_record(rule) for rule in access.acls if rule.subject == args.subject]
+             for address, access in (await _access_by_broker(args, admin)).items()}
+    rows = _acl_rows(found)
+    return Output(found, table(ACL_HEADERS, rows), ok=bool(rows))
+
+
+@command("listAcl", "list the rules on brokers", *BROKER_OR_CLUSTER,
+         arg("-s", "--subject", default="", help="only subjects starting with this"))
+async def list_acl(args: argparse.Namespace, admin: AdminClient) -> Output:
+    found = {address: [acl_record(rule) for rule in access.acls if rule.subject.startswith(args.subject)]
+             for address, access in (await _access_by_broker(args, admin)).items()}
+    return Output(found, table(ACL_HEADERS, _acl_rows(found)))
+
+
 def consumer_config(config: pb.SubscriptionGroupConfig) -> dict[str, Any]:
     """The fields mqadmin's getConsumerConfig prints, with RocketMQ's names, and whether the group
     was configured (false: the defaults every group has)."""

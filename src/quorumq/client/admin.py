@@ -142,6 +142,15 @@ class AdminClient:
                                       pb.GroupRequest(group=group))
         return [(master, answers[master.address]) for master in masters]
 
+    async def change_access(self, addresses: list[str], method: str, request: Any) -> None:
+        """An ACL 2.0 change on each of the brokers (a Super user's): `method` is CreateUser,
+        UpdateUser, DeleteUser, CreateAcl, UpdateAcl or DeleteAcl."""
+        await self._on_each(addresses, method, request)
+
+    async def access(self, address: str) -> pb.AccessControl:
+        """One broker's users (with their passwords) and rules, those its config names aside."""
+        return await self._call(self._broker(address).GetAccess, pb.Empty())
+
     async def metadata(self, address: str) -> pb.BrokerMetadata:
         """One broker's topic configs, consumer groups and their positions."""
         return await self._call(self._broker(address).GetMetadata, pb.MetadataRequest())

@@ -434,6 +434,41 @@ class BrokerAdminStub:
                 request_serializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
                 response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.FromString,
                 _registered_method=True)
+        self.CreateUser = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/CreateUser',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.AuthUser.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.UpdateUser = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/UpdateUser',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.AuthUser.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/DeleteUser',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.UserRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.CreateAcl = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/CreateAcl',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Acl.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.UpdateAcl = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/UpdateAcl',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Acl.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteAcl = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/DeleteAcl',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.AclRequest.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                _registered_method=True)
+        self.GetAccess = channel.unary_unary(
+                '/quorumq.cluster.BrokerAdmin/GetAccess',
+                request_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+                response_deserializer=quorumq_dot_cluster_dot_cluster__pb2.AccessControl.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -526,6 +561,51 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateUser(self, request, context):
+        """ACL 2.0 (Super users only): an update leaves a field it does not set (empty) as it was.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcl(self, request, context):
+        """createAcl and updateAcl: an entry replaces the subject's for its resource
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAccess(self, request, context):
+        """getUser, listUser, getAcl, listAcl
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -598,6 +678,41 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.GetSubscriptionGroup,
                     request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.FromString,
                     response_serializer=quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.SerializeToString,
+            ),
+            'CreateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateUser,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.AuthUser.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'UpdateUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateUser,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.AuthUser.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.UserRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'CreateAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcl,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Acl.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'UpdateAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAcl,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Acl.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'DeleteAcl': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcl,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.AclRequest.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            ),
+            'GetAccess': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAccess,
+                    request_deserializer=quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+                    response_serializer=quorumq_dot_cluster_dot_cluster__pb2.AccessControl.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -978,6 +1093,195 @@ class BrokerAdmin:
             '/quorumq.cluster.BrokerAdmin/GetSubscriptionGroup',
             quorumq_dot_cluster_dot_cluster__pb2.GroupRequest.SerializeToString,
             quorumq_dot_cluster_dot_cluster__pb2.SubscriptionGroupConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/CreateUser',
+            quorumq_dot_cluster_dot_cluster__pb2.AuthUser.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/UpdateUser',
+            quorumq_dot_cluster_dot_cluster__pb2.AuthUser.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/DeleteUser',
+            quorumq_dot_cluster_dot_cluster__pb2.UserRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/CreateAcl',
+            quorumq_dot_cluster_dot_cluster__pb2.Acl.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/UpdateAcl',
+            quorumq_dot_cluster_dot_cluster__pb2.Acl.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/DeleteAcl',
+            quorumq_dot_cluster_dot_cluster__pb2.AclRequest.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAccess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quorumq.cluster.BrokerAdmin/GetAccess',
+            quorumq_dot_cluster_dot_cluster__pb2.Empty.SerializeToString,
+            quorumq_dot_cluster_dot_cluster__pb2.AccessControl.FromString,
             options,
             channel_credentials,
             insecure,

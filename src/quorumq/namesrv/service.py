@@ -21,6 +21,8 @@ from quorumq.grpc_errors import abort
 from quorumq.listen import RequestBound
 from quorumq.metrics import Families, RpcLatency
 from quorumq.protocol import v5
+from quorumq.protocol.access import Principals, access_from_pb
+from quorumq.protocol.constants import MASTER_ID
 from quorumq.protocol.routes import RouteRegistry, client_route
 
 log = logging.getLogger("quorumq.namesrv")
@@ -42,9 +44,33 @@ _ADDRESS = re.compile(rf"[!-~]{{1,{limits.HOST_LENGTH_MAX}}}:([0-9]{{1,5}})")
 
 
 class NameServerService(pb_grpc.NameServerServicer):
-    def __init__(self, registry: RouteRegistry, clock: Clock) -> None:
+    def __init__(self, registry: RouteRegistry, clock: Clock, configured: Principals) -> None:
         self.registry = registry
         self.clock = clock
+        self._configured = configured  # the config's users
+        self._principals, self._principals_at = configured, -1  # and the registry's changes they are of
+
+    @property
+    def principals(self) -> Principals:
+        """Who may call: the config's users, and the users and rules the masters registered (the
+        name server checks v5 clients' route queries with them). Where masters disagree (a change
+        that reached some of them), the one heard from last wins."""
+        if self._principals_at != self.registry.changes:
+            users, rules = {}, {}
+            masters = sorted((entry for entry in self.registry.brokers.values()
+                              if entry.registration.broker_id == MASTER_ID), key=lambda entry: entry.heard_ms)
+            for entry in masters:
+                try:
+                    registered_users, registered_rules = access_from_pb(entry.registration.access)
+                except QuorumqError as error:  # a member's, so never seen: skipped, the others serve
+                    log.warning("users and rules of %s not taken: %s", entry.registration.address, error)
+                    continue
+                users.update(registered_users)
+                rules.update(registered_rules)
+            configured = self._configured
+            self._principals = Principals({**users, **configured.users}, rules, configured.inner_access_key)
+            self._principals_at = self.registry.changes
+        return self._principals
 
     async def RegisterBroker(self, request, context):
         await _check_names(request, context)

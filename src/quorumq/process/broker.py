@@ -24,7 +24,7 @@ from quorumq.endpoint.writer import MessageWriterService
 from quorumq.listen import grpc_server
 from quorumq.metrics import Exporter
 from quorumq.process import run, until_signalled
-from quorumq.protocol.authentication import authentication
+from quorumq.protocol.authentication import access_checks
 from quorumq.protocol.v5 import REQUEST_BOUNDS
 
 log = logging.getLogger("quorumq.broker")
@@ -35,6 +35,7 @@ async def serve(config: Config) -> None:
     clock = Clock()
     address = f"{config['bindAddress']}:{config['listenPort']}"
     broker = Broker(config, clock)
+    checks = access_checks(config, clock, lambda: broker.access.principals, config["brokerClusterName"])
     # Bound before the store's recovery, so that a taken port is said at once. gRPC's limits follow
     # maxMessageSize as the broker starts: a live change takes effect on the next start.
     message_limit = limits.grpc_receive_bytes(config["maxMessageSize"])
@@ -42,7 +43,7 @@ async def serve(config: Config) -> None:
         ("grpc.max_receive_message_length", message_limit),
         ("grpc.max_send_message_length", message_limit),
     ], interceptors=[broker.metrics.rpc] if broker.metrics is not None else [], bounds=REQUEST_BOUNDS,
-        config=config, clock=clock, authentication=authentication(config, clock))
+        config=config, clock=clock, authentication=checks.authentication, authorization=checks.authorization)
     broker.open()
     namesrv = NameServerLink(broker)
     # In controller mode every replica takes the official client's requests for the master.

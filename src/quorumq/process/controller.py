@@ -14,7 +14,7 @@ from quorumq.controller.service import SERVER_OPTIONS, Controller
 from quorumq.listen import grpc_server
 from quorumq.metrics import Exporter
 from quorumq.process import run, until_signalled
-from quorumq.protocol.authentication import authentication
+from quorumq.protocol.authentication import access_checks, configured_principals
 
 log = logging.getLogger("quorumq.controller")
 
@@ -23,8 +23,10 @@ async def serve(config: Config) -> None:
     zookeeper = KazooClient(hosts=config["zookeeperAddress"], timeout=config["zookeeperSessionTimeoutMillis"] / 1000)
     controller = Controller(config, zookeeper, Clock())
     # Before ZooKeeper: a taken port ends it with no session open.
+    principals = configured_principals(config)  # a controller knows the config's users alone
+    checks = access_checks(config, controller.clock, lambda: principals)
     server = grpc_server(controller.address, SERVER_OPTIONS, config=config, clock=controller.clock,
-                         authentication=authentication(config, controller.clock))
+                         authentication=checks.authentication, authorization=checks.authorization)
     # Keeps retrying in the background when ZooKeeper is not up yet; the controller then leads no one.
     await asyncio.to_thread(zookeeper.start_async)
     pb_grpc.add_ControllerServicer_to_server(controller, server)

@@ -20,7 +20,7 @@ from quorumq.namesrv.service import (
     expire_loop,
 )
 from quorumq.process import run, until_signalled
-from quorumq.protocol.authentication import authentication
+from quorumq.protocol.authentication import access_checks, configured_principals
 from quorumq.protocol.routes import RouteRegistry
 from quorumq.protocol.v5 import REQUEST_BOUNDS
 
@@ -32,12 +32,15 @@ async def serve(config: Config) -> None:
     registry = RouteRegistry(not_active_timeout_ms=config["brokerNotActiveTimeoutMillis"])
     address = f"{config['bindAddress']}:{config['listenPort']}"
     rpc = RpcLatency(clock) if enabled(config) else None
+    service = NameServerService(registry, clock, configured_principals(config))
+    checks = access_checks(config, clock, lambda: service.principals)
     server = grpc_server(address, options=[("grpc.max_receive_message_length", limits.REGISTRATION_BYTES_MAX)],
                          interceptors=[rpc] if rpc is not None else [],
                          bounds={**REQUEST_BOUNDS, **NAMESRV_BOUNDS},
-                         config=config, clock=clock, authentication=authentication(config, clock))
+                         config=config, clock=clock, authentication=checks.authentication,
+                         authorization=checks.authorization)
     exporter = Exporter(config, lambda: collect(registry, rpc, address)) if rpc is not None else None
-    pb_grpc.add_NameServerServicer_to_server(NameServerService(registry, clock), server)
+    pb_grpc.add_NameServerServicer_to_server(service, server)
     v5_grpc.add_MessagingServiceServicer_to_server(RouteOnlyMessagingService(registry), server)
     await server.start()
     if exporter is not None:

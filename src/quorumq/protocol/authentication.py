@@ -11,9 +11,19 @@ call, so nothing is stored or changed.
 
 The cluster protocol (cluster.proto) on the broker's, the name server's and the controllers' ports
 is checked too, with quorumq's own scheme (core/cluster_auth.py): each call signed over its method,
-time, nonce and request bytes, refused with UNAUTHENTICATED as a failed call."""
+time, nonce and request bytes, refused with UNAUTHENTICATED as a failed call.
 
+Authorization follows (protocol/permissions.py says what each method needs, core/acl.py decides):
+what only cluster members do is refused to any other user whenever authentication is on; with
+authorizationEnabled, what changes the cluster needs a Super user, and every other call the actions
+it needs on its resources, checked once its request is parsed (AccessRules). A refusal is
+NO_PERMISSION (v5 40300, FORBIDDEN), answered as an authentication refusal is."""
+
+import contextvars
+import ipaddress
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2 as v5s
@@ -22,10 +32,13 @@ from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.config import Config
 from quorumq.core import cluster_auth
-from quorumq.core.auth import SIGNED_HEADER, User, authenticate
+from quorumq.core.acl import authorize, forbidden
+from quorumq.core.auth import SIGNED_HEADER, User, UserType, authenticate
 from quorumq.errors import QuorumqError
 from quorumq.grpc_errors import abort
 from quorumq.listen import HandlerWrapper, guarded
+from quorumq.protocol.access import Principals
+from quorumq.protocol.permissions import ANYONE, MEMBER, SUPER, permission
 from quorumq.protocol.v5 import error_status
 
 log = logging.getLogger("quorumq.authentication")
@@ -33,33 +46,69 @@ log = logging.getLogger("quorumq.authentication")
 _SERVICE = v5s.DESCRIPTOR.services_by_name["MessagingService"]
 # Full method name -> the method, whose response type carries a refusal in its status.
 _METHODS = {f"/{_SERVICE.full_name}/{method.name}": method for method in _SERVICE.methods}
+# The user a call was signed by, from its authentication to its authorization (one gRPC call runs
+# in one task, whose context this is).
+_CALLER: contextvars.ContextVar[User] = contextvars.ContextVar("caller")
+
+
+def caller_ip(context: grpc.aio.ServicerContext) -> str:
+    """The caller's address from gRPC's peer (`ipv4:1.2.3.4:5`, `ipv6:[::1]:5`); "" when it has none."""
+    kind, _, rest = (context.peer() or "").partition(":")
+    host = rest.rpartition(":")[0].strip("[]") if kind in ("ipv4", "ipv6") else ""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return ""
+
+
+def _v5_refusal(method, refused: QuorumqError) -> object:
+    return getattr(v5s, method.output_type.name)(status=error_status(refused))
+
+
+@dataclass(frozen=True)
+class _Checks:
+    principals: Callable[[], Principals]
+    authorization: bool  # authorizationEnabled
+
+    def by_kind(self, user: User, method: str) -> None:
+        """The checks that need no request: a member's call, a Super user's, one for anyone. Raises
+        NO_PERMISSION."""
+        needed = permission(method)
+        if needed == MEMBER:
+            if user.username != self.principals().inner_access_key:
+                raise forbidden(f"{method} is for cluster members (innerClientAuthenticationCredentials), "
+                                f"not user {user.username!r}")
+        elif self.authorization and needed == SUPER and user.user_type is not UserType.SUPER:
+            raise forbidden(f"{method} needs a Super user, not {user.username!r}")
 
 
 class V5Authentication(HandlerWrapper):
     """Each v5 method's handler with the check made in each of its calls."""
 
-    def __init__(self, users: dict[str, User], window_ms: int, clock: Clock) -> None:
+    def __init__(self, checks: _Checks, window_ms: int, clock: Clock) -> None:
         super().__init__()
-        self._users = users
+        self._checks = checks
         self._window_ms = window_ms
         self._clock = clock
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
-        return self._checked(handler, _METHODS[method]) if method in _METHODS else None
+        return self._checked(handler, method) if method in _METHODS else None
 
-    def refusal(self, context: grpc.aio.ServicerContext, method) -> object | None:
+    def refusal(self, context: grpc.aio.ServicerContext, method: str) -> object | None:
         """The method's answer refusing this call, or None when it is signed by a known, enabled user."""
         headers = {key: value for key, value in context.invocation_metadata() or ()
                    if key in ("authorization", SIGNED_HEADER)}
         try:
-            authenticate(headers.get("authorization"), headers.get(SIGNED_HEADER), self._users,
-                         self._clock.now_ms(), self._window_ms)
+            user = authenticate(headers.get("authorization"), headers.get(SIGNED_HEADER),
+                                self._checks.principals().users, self._clock.now_ms(), self._window_ms)
+            self._checks.by_kind(user, method)
         except QuorumqError as refused:
-            log.warning("%s from %s refused: %s", method.name, context.peer(), refused)
-            return getattr(v5s, method.output_type.name)(status=error_status(refused))
+            log.warning("%s from %s refused: %s", _METHODS[method].name, context.peer(), refused)
+            return _v5_refusal(_METHODS[method], refused)
+        _CALLER.set(user)
         return None
 
-    def _checked(self, handler: grpc.RpcMethodHandler, method) -> grpc.RpcMethodHandler:
+    def _checked(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         async def check(request, context: grpc.aio.ServicerContext) -> object | None:
             return self.refusal(context, method)
         return guarded(handler, check)
@@ -71,9 +120,9 @@ class ClusterAuthentication(HandlerWrapper):
     (listen.MalformedRequests). A refused call fails with UNAUTHENTICATED (catalogue 304, in the
     trailing metadata as every cluster error, grpc_errors.py) and nothing behind it runs."""
 
-    def __init__(self, users: dict[str, User], clock: Clock) -> None:
+    def __init__(self, checks: _Checks, clock: Clock) -> None:
         super().__init__()
-        self._users = users
+        self._checks = checks
         self._clock = clock
         self._nonces = cluster_auth.Nonces(limits.CLUSTER_SIGNATURE_WINDOW_MS, limits.CLUSTER_SIGNATURE_NONCES_MAX)
 
@@ -88,19 +137,69 @@ class ClusterAuthentication(HandlerWrapper):
             body = b"" if streaming else request  # a stream of requests is signed once, as it opens
             assert isinstance(body, bytes), "MalformedRequests, after this, parses the request"
             try:
-                cluster_auth.authenticate(metadata, method, body, self._users,
-                                          self._clock.now_ms(), limits.CLUSTER_SIGNATURE_WINDOW_MS, self._nonces)
+                user = cluster_auth.authenticate(metadata, method, body, self._checks.principals().users,
+                                                 self._clock.now_ms(), limits.CLUSTER_SIGNATURE_WINDOW_MS,
+                                                 self._nonces)
+                self._checks.by_kind(user, method)
             except QuorumqError as refused:
                 log.warning("%s from %s refused: %s", method, context.peer(), refused)
                 await abort(context, refused)
+            _CALLER.set(user)
         return guarded(handler, check)
 
 
-def authentication(config: Config, clock: Clock) -> list[grpc.aio.ServerInterceptor]:
-    """The checks a server runs on every call of its v5 and cluster services; none when
-    authentication is off."""
+class AccessRules(HandlerWrapper):
+    """With authorizationEnabled, each call a rule decides (protocol/permissions.py) checked against
+    its caller's rules once its request is parsed: a v5 call refused in its method's answer, a
+    cluster call failed, both with NO_PERMISSION."""
+
+    def __init__(self, principals: Callable[[], Principals], cluster: str) -> None:
+        super().__init__()
+        self._principals = principals
+        self._cluster = cluster  # what Cluster resources of this server's calls are named
+
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        needs = permission(method)
+        if needs in (MEMBER, SUPER, ANYONE) or handler.request_streaming:
+            return None
+        assert callable(needs)
+        v5_method = _METHODS.get(method)
+
+        async def check(request, context: grpc.aio.ServicerContext) -> object | None:
+            try:
+                authorize(_CALLER.get(), self._principals().rules, needs(request, self._cluster), caller_ip(context))
+            except QuorumqError as refused:
+                log.warning("%s from %s refused: %s", method, context.peer(), refused)
+                if v5_method is not None:
+                    return _v5_refusal(v5_method, refused)
+                await abort(context, refused)
+            return None
+        return guarded(handler, check)
+
+
+@dataclass(frozen=True)
+class AccessChecks:
+    """A server's interceptors: `authentication` before a request is parsed (a cluster call's
+    signature is over its exact bytes), `authorization` after."""
+
+    authentication: list[grpc.aio.ServerInterceptor]
+    authorization: list[grpc.aio.ServerInterceptor]
+
+
+def access_checks(config: Config, clock: Clock, principals: Callable[[], Principals],
+                  cluster: str = "") -> AccessChecks:
+    """The checks a server runs on every call of its v5 and cluster services, deciding with what
+    `principals` gives at the time of the call; none when authentication is off."""
     if not config["authenticationEnabled"]:
-        return []
-    users = config.users()
-    return [V5Authentication(users, config["authenticationDateTimeWindowMillis"], clock),
-            ClusterAuthentication(users, clock)]
+        return AccessChecks([], [])
+    checks = _Checks(principals, config["authorizationEnabled"])
+    return AccessChecks(
+        [V5Authentication(checks, config["authenticationDateTimeWindowMillis"], clock),
+         ClusterAuthentication(checks, clock)],
+        [AccessRules(principals, cluster)] if config["authorizationEnabled"] else [])
+
+
+def configured_principals(config: Config) -> Principals:
+    """The users of a process's config alone (a controller's): every one a Super user."""
+    inner = config.inner_credentials()
+    return Principals(config.users(), {}, inner.access_key if inner is not None else None)

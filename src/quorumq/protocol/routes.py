@@ -53,6 +53,7 @@ class BrokerEntry:
 class RouteRegistry:
     not_active_timeout_ms: int
     brokers: dict[tuple[str, str, int], BrokerEntry] = field(default_factory=dict)
+    changes: int = 0  # counts the registrations taken and the brokers dropped
 
     def register(self, registration: pb.BrokerRegistration, now_ms: int) -> pb.RegisterReply:
         """Take a broker's registration: with every topic, replacing its last one, or with
@@ -89,6 +90,7 @@ class RouteRegistry:
             base.topics.update(entry.topics)
             entry.topics = base.topics
         self.brokers[entry.key] = entry
+        self.changes += 1
         master = self._member(registration.cluster, registration.broker_name, MASTER_ID)
         if master is None:
             return pb.RegisterReply()
@@ -97,6 +99,7 @@ class RouteRegistry:
 
     def unregister(self, cluster: str, broker_name: str, broker_id: int) -> None:
         self.brokers.pop((cluster, broker_name, broker_id), None)
+        self.changes += 1
 
     def expire(self, now_ms: int) -> list[BrokerEntry]:
         """Drop brokers silent for longer than the timeout; return them for the log."""
@@ -104,6 +107,7 @@ class RouteRegistry:
                 if now_ms - entry.heard_ms > self.not_active_timeout_ms]
         for entry in dead:
             del self.brokers[entry.key]
+        self.changes += len(dead)
         return dead
 
     def route(self, topic: str) -> pb.TopicRoute | None:

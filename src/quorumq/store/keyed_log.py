@@ -64,8 +64,9 @@ class KeyedLog(Generic[V]):
     no log yet, loading takes its entries into a new log and removes it."""
 
     def __init__(self, path: Path, what: str, encode: Callable[[V], Any] = _same,
-                 decode: Callable[[Any], V] = _same, legacy: Path | None = None) -> None:
+                 decode: Callable[[Any], V] = _same, legacy: Path | None = None, mode: int = 0o644) -> None:
         self.path = Path(path)
+        self._mode = mode  # the file's permissions: 0o600 for secrets
         self.what = what  # how errors name the content, "topic configs"
         self._encode = encode
         self._decode = decode
@@ -184,7 +185,7 @@ class KeyedLog(Generic[V]):
         records = [encode_record({key: self._encode(value)}) for key, value in entries]
         data = b"".join(records)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, data)
+        write_atomically(self.path, data, self._mode)
         self._records, self._size, self._rewrite = len(records), len(data), False
 
     def _append(self, record: bytes) -> None:

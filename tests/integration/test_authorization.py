@@ -1,0 +1,240 @@
+"""Authorization (ACL 2.0, docs/security.md): users and rules made with `quorumq admin` on a
+master-slave cluster with authenticationEnabled and authorizationEnabled. A Normal user does what
+its rules allow through the official Python client and nothing else; a refused call is answered
+with the v5 FORBIDDEN (40300) or the catalogue's NO_PERMISSION, stores and changes nothing, and the
+servers serve on. The slave copies users and rules; the name server learns them from the masters."""
+
+import json
+import stat
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import grpc
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+from rocketmq.v5.util.signature import Signature
+
+from harness import LocalCluster, check_for, cli, official_message, receive_all, started_producer, v5_message
+from quorumq.client import AdminClient, Blocking
+from quorumq.client import Credentials as QuorumqCredentials
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.cluster_auth import sign
+from quorumq.grpc_errors import sent_error
+
+ROOT, ROOT_SECRET = "root", "root-secret-7"
+INNER = QuorumqCredentials("inner", "inner-secret-9")
+FORBIDDEN = v5.Code.FORBIDDEN  # 40300
+NO_PERMISSION = 302  # the catalogue's entry
+SETS = {"authenticationEnabled": "true", "authorizationEnabled": "true",
+        "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}',
+        "innerClientAuthenticationCredentials": f'{{"accessKey": "{INNER.access_key}", '
+                                                f'"secretKey": "{INNER.secret_key}"}}'}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory) -> dict:
+    cluster = LocalCluster(tmp_path_factory.mktemp("authorization"), replicas=2, sets=SETS)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def broker(cluster: dict, role: str) -> dict:
+    return next(p for p in cluster["processes"] if p["kind"] == "broker" and p["role"] == role)
+
+
+def admin(cluster: dict, *args: str, ak: str = ROOT, sk: str = ROOT_SECRET):
+    return cli("admin", args[0], "-n", cluster["access_point"], "--ak", ak, "--sk", sk, *args[1:])
+
+
+def ok(result) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def user(secured) -> dict:
+    """A Normal user with its own topics and group: Pub on TA (and Sub, to read it back), Sub on
+    TB (a route, but no sends), Sub on its group; no rule for TC."""
+    tag = uuid.uuid4().hex[:6]
+    names = {"name": f"u{tag}", "password": f"pw-{tag}", "TA": f"TA{tag}", "TB": f"TB{tag}", "TC": f"TC{tag}",
+             "group": f"G{tag}"}
+    cluster = secured["cluster"]
+    for topic in ("TA", "TB", "TC"):
+        ok(admin(secured, "updateTopic", "-t", names[topic], "-c", cluster, "-r", "1", "-w", "1"))
+    ok(admin(secured, "createUser", "-u", names["name"], "-p", names["password"], "-c", cluster))
+    subject = f"User:{names['name']}"
+    ok(admin(secured, "createAcl", "-s", subject, "-r", f"Topic:{names['TA']}", "-a", "Pub,Sub", "-d", "Allow",
+             "-c", cluster))
+    ok(admin(secured, "createAcl", "-s", subject, "-r", f"Topic:{names['TB']},Group:{names['group']}", "-a", "Sub",
+             "-d", "Allow", "-c", cluster))
+    return names
+
+
+def headers(ak: str, sk: str) -> tuple[tuple[str, str], ...]:
+    date_time = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return (("x-mq-date-time", date_time),
+            ("authorization", f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
+                              f"Signature={Signature.sign(sk, date_time)}"))
+
+
+def stored(cluster: dict, topic: str) -> int:
+    address = broker(cluster, "master")["address"]
+    with Blocking(AdminClient, cluster["access_point"], credentials=INNER) as client:
+        return sum(queue.max_offset for queue in client.queue_progress(address, "G", topic).queues)
+
+
+def test_a_normal_user_does_what_its_rules_allow(secured, user):
+    """The official client as the user sends to TA and receives it in its group; the name server
+    answers its route queries (it learnt the user from the master's registration)."""
+    config = ClientConfiguration(secured["access_point"], Credentials(user["name"], user["password"]),
+                                 request_timeout=5)
+    producer = started_producer(config)
+    consumer = SimpleConsumer(config, user["group"], {user["TA"]: FilterExpression("*")}, await_duration=2)
+    consumer.startup()
+    try:
+        sent = {producer.send(official_message(user["TA"], f"m{i}".encode())).message_id for i in range(5)}
+        received = receive_all(consumer, 5)
+        assert {message.message_id for message in received} == sent
+        for message in received:
+            consumer.ack(message)
+        with pytest.raises(Exception, match="route"):  # no rule for TC: not even its route
+            producer.send(official_message(user["TC"], b"refused"))
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    assert stored(secured, user["TA"]) == 5 and stored(secured, user["TC"]) == 0
+
+
+def test_each_denied_v5_call_answers_forbidden(secured, user):
+    """Raw v5 calls signed by the user, on the master: a send to TB (Sub only), a receive of TA in
+    another group, an ack in it: 40300, nothing stored; the user's allowed send is served after."""
+    signed = headers(user["name"], user["password"])
+    with grpc.insecure_channel(broker(secured, "master")["address"]) as channel:
+        stub = v5_grpc.MessagingServiceStub(channel)
+        sent = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(user["TB"], b"x")]),
+                                metadata=signed, timeout=5)
+        assert sent.status.code == FORBIDDEN and not sent.entries, sent.status
+        assert "Pub" in sent.status.message and user["TB"] in sent.status.message
+        receive = v5s.ReceiveMessageRequest(group=v5.Resource(name="GOther"), message_queue=v5.MessageQueue(
+            topic=v5.Resource(name=user["TA"]), id=-1), filter_expression=v5.FilterExpression(expression="*"),
+            batch_size=1, auto_renew=True)
+        assert [answer.status.code for answer in stub.ReceiveMessage(receive, metadata=signed, timeout=5)] \
+            == [FORBIDDEN]
+        acked = stub.AckMessage(v5s.AckMessageRequest(group=v5.Resource(name="GOther"),
+                                                      topic=v5.Resource(name=user["TA"])), metadata=signed, timeout=5)
+        assert acked.status.code == FORBIDDEN
+        assert stored(secured, user["TB"]) == 0
+        served = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(user["TA"], b"y")]),
+                                  metadata=signed, timeout=5)
+        assert served.status.code == v5.Code.OK, served.status
+
+
+def refused(address: str, service: str, method: str, request, credentials: QuorumqCredentials) -> str:
+    """The call, signed as quorumq's client signs it, refused with NO_PERMISSION; its detail."""
+    full_name = f"/{pb.DESCRIPTOR.services_by_name[service].full_name}/{method}"
+    metadata = sign(credentials, full_name, request.SerializeToString(), time.time_ns() // 1_000_000,
+                    uuid.uuid4().hex)
+    with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as caught:
+        getattr(getattr(pb_grpc, f"{service}Stub")(channel), method)(request, metadata=metadata, timeout=5)
+    assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED, caught.value
+    error = sent_error(caught.value.trailing_metadata())
+    assert error is not None and error.code == NO_PERMISSION, error
+    return error.detail
+
+
+def test_a_normal_user_is_refused_every_admin_and_member_call(secured, user):
+    """quorumq's client signing as the user: live config, topic and group changes, user and rule
+    changes, the metadata (passwords), a registration with the name server, a batch send to a
+    topic without Pub: NO_PERMISSION; the config and the stored messages are as they were."""
+    master = broker(secured, "master")["address"]
+    credentials = QuorumqCredentials(user["name"], user["password"])
+    with Blocking(AdminClient, secured["access_point"], credentials=INNER) as client:
+        before = client.broker_config(master)
+    for method, request in [
+            ("UpdateBrokerConfig", pb.ConfigUpdate(key="brokerPermission", value="0")),
+            ("DeleteTopic", pb.TopicRequest(topic=user["TA"])),
+            ("UpdateTopic", pb.TopicConfig(name=user["TA"], read_queue_nums=1, write_queue_nums=1, perm=0)),
+            ("ResetOffsetByTime", pb.ResetOffsetRequest(group=user["group"], topic=user["TA"])),
+            ("DeleteSubscriptionGroup", pb.GroupRequest(group=user["group"])),
+            ("CreateUser", pb.AuthUser(username="mallory", password="x", user_type="Super")),
+            ("CreateAcl", pb.Acl(subject=f"User:{user['name']}", entries=[
+                pb.AclEntry(resource="*", actions=["All"], decision="Allow")])),
+            ("GetMetadata", pb.MetadataRequest()),
+            ("GetAccess", pb.Empty())]:
+        refused(master, "BrokerAdmin", method, request, credentials)
+    assert "Super" in refused(master, "BrokerAdmin", "UpdateBrokerConfig",
+                              pb.ConfigUpdate(key="maxMessageSize", value="1"), credentials)
+    assert "Pub" in refused(master, "MessageWriter", "SendBatch",
+                            pb.SendBatchRequest(topic=user["TB"], queue_id=0, count=1, records=b"x"), credentials)
+    registration = pb.BrokerRegistration(cluster=secured["cluster"], broker_name="broker-a", broker_id=0,
+                                         address="127.0.0.1:1", role="SYNC_MASTER")
+    for method in ("RegisterBroker", "UnregisterBroker"):
+        assert "cluster members" in refused(secured["access_point"], "NameServer", method, registration, credentials)
+    with Blocking(AdminClient, secured["access_point"], credentials=INNER) as client:
+        assert client.broker_config(master) == before
+        assert client.route(user["TA"]).brokers[0].addresses[0] == master
+    assert stored(secured, user["TB"]) == 0
+
+
+def test_a_deny_wins_and_deleted_rules_deny(secured, user):
+    """A Deny on TA* beats the Allow on TA; once deleted, the Allow serves again; once the user's
+    rules are gone, nothing is allowed."""
+    subject, signed = f"User:{user['name']}", lambda: headers(user["name"], user["password"])
+
+    def send_code() -> int:
+        with grpc.insecure_channel(broker(secured, "master")["address"]) as channel:
+            return v5_grpc.MessagingServiceStub(channel).SendMessage(
+                v5s.SendMessageRequest(messages=[v5_message(user["TA"], b"z")]), metadata=signed(), timeout=5
+            ).status.code
+
+    cluster = secured["cluster"]
+    ok(admin(secured, "createAcl", "-s", subject, "-r", "Topic:TA*", "-a", "All", "-d", "Deny", "-c", cluster))
+    assert send_code() == FORBIDDEN
+    ok(admin(secured, "deleteAcl", "-s", subject, "-r", "Topic:TA*", "-c", cluster))
+    assert send_code() == v5.Code.OK
+    ok(admin(secured, "deleteAcl", "-s", subject, "-c", cluster))
+    assert send_code() == FORBIDDEN
+
+
+def test_users_and_rules_listed_disabled_copied_by_the_slave(secured, user):
+    """getUser, listUser, getAcl and listAcl show what was made (a password as ******); a disabled
+    user is refused as unauthenticated; the slave holds the same users and rules, in files only
+    its owner reads; a Normal user cannot run the commands."""
+    cluster, name = secured["cluster"], user["name"]
+    shown = json.loads(ok(admin(secured, "getUser", "-u", name, "-c", cluster, "--json")))
+    assert [u for users in shown.values() for u in users] == [
+        {"username": name, "password": "******", "userType": "Normal", "userStatus": "enable"}]
+    assert name in ok(admin(secured, "listUser", "-c", cluster))
+    rules = json.loads(ok(admin(secured, "getAcl", "-s", f"User:{name}", "-c", cluster, "--json")))
+    resources = {entry["resource"]: entry for rule in next(iter(rules.values())) for entry in rule["policies"]}
+    assert resources[f"Topic:{user['TA']}"]["actions"] == ["Pub", "Sub"]
+    assert resources[f"Group:{user['group']}"]["decision"] == "Allow"
+    assert f"User:{name}" in ok(admin(secured, "listAcl", "-c", cluster))
+    denied = admin(secured, "listUser", "-c", cluster, ak=name, sk=user["password"])
+    assert denied.returncode == 1 and "NO_PERMISSION" in denied.stderr, denied
+
+    slave = broker(secured, "slave")
+    with Blocking(AdminClient, secured["access_point"], credentials=INNER) as client:
+        master_access = client.access(broker(secured, "master")["address"])
+        check_for(20, 0.2, lambda: client.access(slave["address"]) == master_access,
+                  "the slave holds the master's users and rules")
+    for file_name in ("users.log", "acls.log"):
+        mode = (Path(slave["data_dir"]) / "config" / file_name).stat().st_mode
+        assert stat.S_IMODE(mode) == 0o600, oct(mode)
+
+    ok(admin(secured, "updateUser", "-u", name, "-s", "disable", "-c", cluster))
+    with grpc.insecure_channel(broker(secured, "master")["address"]) as channel:
+        sent = v5_grpc.MessagingServiceStub(channel).SendMessage(
+            v5s.SendMessageRequest(messages=[v5_message(user["TA"], b"x")]),
+            metadata=headers(name, user["password"]), timeout=5)
+    assert sent.status.code == v5.Code.UNAUTHORIZED and "disabled" in sent.status.message
+    ok(admin(secured, "deleteUser", "-u", name, "-c", cluster))
+    assert name not in ok(admin(secured, "listUser", "-c", cluster))
