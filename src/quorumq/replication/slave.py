@@ -4,11 +4,12 @@
 The slave connects to its master's haListenPort and sends a HANDSHAKE with the end of its own
 commit log; the master streams DATA from there. Each DATA is appended with `store.append_raw` at
 exactly the offset the log ends at (the codec already refuses a gap or an overlap; append_raw
-checks the offset and every record again). A protocol error, a refused append, silence (no whole
-frame, nor REPLICATION_READ_BYTES of one) for `housekeeping_interval_s` or a closed connection ends
-the session; the slave connects again after
-a backoff (doubling from HA_RECONNECT_BACKOFF_S_MIN to _MAX, reset by a session that received
-something) and resumes from its own max offset.
+checks the offset and every record again, as client input: a topic name, queue id or queue offset
+that no client could send is refused before any file is touched). A protocol error, a refused
+append, silence (no whole frame, nor REPLICATION_READ_BYTES of one) for `housekeeping_interval_s`
+or a closed connection ends the session; the slave connects again after a backoff (doubling from
+HA_RECONNECT_BACKOFF_S_MIN to _MAX, reset by a session that received something and had nothing
+refused) and resumes from its own max offset.
 
 What an ACK means (the master counts the slave's acked offset toward the quorum):
 
@@ -132,11 +133,19 @@ class ReplicationSlave:
     async def _run(self) -> None:
         backoff = self._backoff_min_s
         while True:
-            self._received = False
+            self._received = refused = False
             try:
                 await self._session()
                 log.info("slave %d: the master closed the connection", self.broker_id)
-            except (RemoteProtocolError, QuorumqError, OSError, TimeoutError) as exc:
+            except QuorumqError as exc:
+                # The store refused the master's records (one naming no valid topic, say) or cannot
+                # write: nothing of them is stored, and the master would send them again at once.
+                self.failures += 1
+                refused = True
+                log.error("slave %d: records from the master at %s:%d refused, none stored; replication "
+                          "stops until it sends valid ones (tried again every %.0f s): %s", self.broker_id,
+                          *self.master_address, self._backoff_max_s, exc)
+            except (RemoteProtocolError, OSError, TimeoutError) as exc:
                 self.failures += 1
                 log.warning("slave %d: replication from %s:%d failed: %s: %s", self.broker_id,
                             *self.master_address, type(exc).__name__, exc)
@@ -145,8 +154,8 @@ class ReplicationSlave:
                 raise
             finally:
                 self.connected = False
-            # A session that received anything resets the backoff; failing ones double it.
-            backoff = self._backoff_min_s if self._received else min(2 * backoff, self._backoff_max_s)
+            # A session that received anything resets the backoff; failing or refused ones double it.
+            backoff = self._backoff_min_s if self._received and not refused else min(2 * backoff, self._backoff_max_s)
             await asyncio.sleep(backoff)
 
     # One session.

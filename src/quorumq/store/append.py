@@ -260,14 +260,22 @@ class Appender:
 
     def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> str | None:
         """Stage a master's record; returns the topic a deletion record deletes."""
-        fields = codec.dispatch_fields(view, position)
         # A master's records are input like a client's: their topic and queue id name a directory,
         # so a name like `../..` must stop replication before any file is touched.
+        try:
+            fields = codec.dispatch_fields(view, position)
+        except UnicodeDecodeError:
+            raise QuorumqError(Error.ILLEGAL_TOPIC, f"record at {log_offset}: its topic is not UTF-8") from None
         _check_queue_name(fields.topic, fields.queue_id)
         if fields.deletes_topic:
             return fields.topic
         queue = self._state.queue_for_append(fields.topic, fields.queue_id)
         if queue.next_offset == 0 and self._state.min_offset > 0:  # a log that began past its start
+            # The queue offset names the queue's first file. Every earlier record of the queue
+            # lies below this one in the log, each at least a header long.
+            if not 0 <= fields.queue_offset <= log_offset // HEADER.size:
+                raise QuorumqError(Error.BAD_REQUEST, f"record at {log_offset} has queue offset "
+                                   f"{fields.queue_offset}, outside 0..{log_offset // HEADER.size}")
             queue.begin_at(fields.queue_offset)
         if fields.queue_offset != queue.next_offset:
             raise QuorumqError(Error.BAD_REQUEST, f"record at {log_offset} has queue offset "
