@@ -238,3 +238,31 @@ def test_users_and_rules_listed_disabled_copied_by_the_slave(secured, user):
     assert sent.status.code == v5.Code.UNAUTHORIZED and "disabled" in sent.status.message
     ok(admin(secured, "deleteUser", "-u", name, "-c", cluster))
     assert name not in ok(admin(secured, "listUser", "-c", cluster))
+
+
+def test_a_user_and_its_rules_survive_a_failover(tmp_path_factory):
+    """Controller mode with allAckInSyncStateSet: createUser and createAcl are answered once every
+    SyncStateSet member holds them, so with the master killed at once after, the new master
+    authenticates the user and applies its rules."""
+    from controller_group import started_group
+
+    with started_group(tmp_path_factory.mktemp("acl-failover"), controllers=1, sets=SETS, credentials=INNER) as group:
+        group.wait_in_sync()
+        master = group.master()
+        topic, name, password = f"T{uuid.uuid4().hex[:8]}", "carol", "carol-secret"
+        group.admin.update_topic_on([broker["address"] for broker in group.brokers], topic, 1, 1)
+        group.admin.change_access([master["address"]], "CreateUser", pb.AuthUser(username=name, password=password))
+        group.admin.change_access([master["address"]], "CreateAcl", pb.Acl(subject=f"User:{name}", entries=[
+            pb.AclEntry(resource=f"Topic:{topic}", actions=["Pub"], decision="Allow")]))
+        group.kill(master)
+        elected = check_for(60, 0.1, lambda: next((broker for broker in group.brokers
+                                                   if broker is not master and group.says_master(broker)), None),
+                            "a new master")
+        with grpc.insecure_channel(elected["address"]) as channel:
+            stub = v5_grpc.MessagingServiceStub(channel)
+            sent = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(topic, b"after")]),
+                                    metadata=headers(name, password), timeout=5)
+            assert sent.status.code == v5.Code.OK, sent.status
+            other = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(f"{topic}x", b"no")]),
+                                     metadata=headers(name, password), timeout=5)
+            assert other.status.code == FORBIDDEN, other.status
