@@ -107,6 +107,11 @@ class Network:
         asyncio.run_coroutine_threadsafe(link.open(), self._loop).result(10)
         return link
 
+    def member_hosts(self) -> list[str]:
+        """The addresses the brokers advertise besides 127.0.0.1 (brokerIP2): a member's TLS
+        certificate must name them, as the slaves check it against the address they dial."""
+        return [link.listen[0] for link in self.ha_links.values()]
+
     def broker_sets(self) -> list[str]:
         """The `quorumq up --broker-set` values that route every broker's links through the proxies."""
         sets = []

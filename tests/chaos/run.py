@@ -5,7 +5,7 @@ transactions) and W2 consume workloads (for F14:
 the producers, one W2 group and W5, the replicator to a standby) and one fault kind of the B5
 matrix, then healing, a final read of every replica and the checkers' verdict.
 
-    python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak]
+    python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak|secure]
         [--workload W1|W4|W6|W7] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
 
 Every run keeps its history, verdict and logs under its directory and prints the seed that replays
@@ -59,6 +59,10 @@ from nemesis import (  # noqa: E402
 )
 from network import Network  # noqa: E402
 from pipeline import Pipeline  # noqa: E402
+from quorumq import tls  # noqa: E402
+from quorumq.cli import certs  # noqa: E402
+from quorumq.cli.dashboard import ACCESS_KEY_ENV, SECRET_KEY_ENV  # noqa: E402
+from quorumq.client import Credentials  # noqa: E402
 from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
 from workload import (  # noqa: E402
     CHURN_TOPICS,
@@ -89,6 +93,20 @@ PROFILES = {
     "weak": {**SETS, **NO_FORCED_DELETION, "flushDiskType": "ASYNC_FLUSH", "allAckInSyncStateSet": "false",
              "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true"},
 }
+# The secure profile: the durable settings with authentication (docs/security.md) and TLS enforcing
+# on every port (docs/tls.md, added by `secure_sets`: the certificates are made for the runs).
+# Every client of a run signs with the init user; the members with the inner credentials.
+SECURE = "secure"
+SECURE_USER = Credentials("chaos-user", "chaos-user-secret")
+SECURE_INNER = Credentials("chaos-inner", "chaos-inner-secret")
+PROFILES[SECURE] = {
+    **PROFILES["durable"], "authenticationEnabled": "true",
+    "initAuthenticationUser": json.dumps({"username": SECURE_USER.access_key, "password": SECURE_USER.secret_key}),
+    "innerClientAuthenticationCredentials": json.dumps({"accessKey": SECURE_INNER.access_key,
+                                                        "secretKey": SECURE_INNER.secret_key}),
+}
+# The official client reads its trust roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) once per process.
+OFFICIAL_ROOTS_VARIABLE = "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"
 # The producers: idempotent resends (same message id and queue), plain ones, or idempotent ones
 # beside W4's topics made, written and deleted in turn, beside W6's FIFO topic and group, or beside
 # W7's timers and transactions (which set the brokers' transaction checks, TIMER_TX_SETS).
@@ -135,14 +153,22 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     clock_dir = directory / "clocks"
     clock_dir.mkdir(exist_ok=True)
     # Inherited by every process the run starts: F12 jumps clocks, F11 cuts logs to what was fsynced.
-    os.environ.update({CLOCK_DIR_VARIABLE: str(clock_dir), FSYNC_LOG_VARIABLE: "1"})
+    variables = {CLOCK_DIR_VARIABLE: str(clock_dir), FSYNC_LOG_VARIABLE: "1"}
+    sets = {**PROFILES[profile], **WORKLOAD_SETS.get(workload, {})}
+    credentials = None
+    if profile == SECURE:
+        tls_sets, variables_of_clients = secure_sets(directory.parent / "tls", network)
+        sets.update(tls_sets)
+        variables.update(variables_of_clients)
+        credentials = SECURE_USER
+    os.environ.update(variables)
     try:
-        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2,
-                               sets={**PROFILES[profile], **WORKLOAD_SETS.get(workload, {})},
+        cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=sets,
                                base_port=base_port, broker_sets=network.broker_sets(),
                                zookeepers=3 if fault in ENSEMBLE_FAULTS else 1)
         try:
-            outcome = exercise(cluster, network, fault, seed, duration_s, history, directory, workload)
+            outcome = exercise(cluster, network, fault, seed, duration_s, history, directory, workload,
+                               credentials)
         finally:
             cluster.stop()
             # The small disks are tmpfs: a copy of each store as the brokers left it (the final
@@ -158,7 +184,7 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
         churned = {topic: {broker["address"]: read_replica(Path(broker["data_dir"]), topic, BROKER_NAME, segment_bytes)
                            for broker in brokers} for topic in CHURN_TOPICS} if workload == "W4" else None
     finally:
-        for variable in (CLOCK_DIR_VARIABLE, FSYNC_LOG_VARIABLE):
+        for variable in variables:
             del os.environ[variable]
         network.close()
         history.close()
@@ -184,6 +210,21 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     return RunResult(fault, seed, duration_s, profile, workload, directory, ok, rows, table)
 
 
+def secure_sets(directory: Path, network: Network) -> tuple[dict[str, str], dict[str, str]]:
+    """The secure profile's TLS settings, with a CA and certificate made once in `directory` for
+    every run of the process (the official client keeps the first CA it trusts), valid for the
+    addresses the slaves dial their master at (the proxies' `brokerIP2`); and the environment that
+    makes the run's clients (quorumq's, `quorumq admin`, the official one) trust that CA and sign
+    admin commands with the init user."""
+    files = certs.paths(directory)
+    if not files["tls.server.keyPath"].exists():
+        certs.write(directory, hosts=(*certs.HOSTS, *network.member_hosts()))
+    ca = str(files["tls.server.trustCertPath"])
+    sets = {"tls.server.mode": "enforcing", **{key: str(path) for key, path in files.items()}}
+    return sets, {tls.CA_VARIABLE: ca, OFFICIAL_ROOTS_VARIABLE: ca, ACCESS_KEY_ENV: SECURE_USER.access_key,
+                  SECRET_KEY_ENV: SECURE_USER.secret_key}
+
+
 @dataclass
 class Outcome:
     brokers: list[dict]
@@ -197,12 +238,12 @@ class Outcome:
 
 
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
-             history: History, directory: Path, workload: str) -> Outcome:
+             history: History, directory: Path, workload: str, credentials: Credentials | None = None) -> Outcome:
     """Start the cluster, run the workloads under the nemesis, heal, let the group become whole
-    and stop its brokers. F14 runs the replicator to a standby beside the producers, and one
-    consumer group of two whose offsets it translates (two clusters and a Spark driver fill the
-    two cores)."""
-    group = Group(cluster.start(timeout=90))
+    and stop its brokers; every client signs with `credentials`, if any. F14 runs the replicator
+    to a standby beside the producers, and one consumer group of two whose offsets it translates
+    (two clusters and a Spark driver fill the two cores)."""
+    group = Group(cluster.start(timeout=90), credentials)
     workloads = []
     nemesis = standby = None
     try:
@@ -211,17 +252,25 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
             group.admin.update_topic(broker["address"], TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         access_point = cluster.info["access_point"]
         if workload == "W6":  # raises FifoUnsupported on a cluster that does not serve FIFO yet
-            prepare_fifo(access_point, cluster.info["cluster"], group.master()["address"])
+            prepare_fifo(access_point, cluster.info["cluster"], group.master()["address"], credentials)
         if workload == "W7":  # raises TimersUnsupported on a cluster that does not serve them yet
-            prepare_timers(access_point, cluster.info["cluster"], group.master()["address"])
-        consumers = Consumers(access_point, TOPIC, QUEUES, history, groups=1 if fault == PIPELINE else 2)
-        producers = Producers(access_point, TOPIC, history, queues=None if workload == "W1" else QUEUES)
+            prepare_timers(access_point, cluster.info["cluster"], group.master()["address"], credentials)
+        consumers = Consumers(access_point, TOPIC, QUEUES, history, groups=1 if fault == PIPELINE else 2,
+                              credentials=credentials)
+        producers = Producers(access_point, TOPIC, history, queues=None if workload == "W1" else QUEUES,
+                              credentials=credentials)
         workloads = [producers, consumers]
         if workload == "W4":
-            workloads.append(TopicChurn(access_point, [broker["address"] for broker in group.brokers], history))
+            workloads.append(TopicChurn(access_point, [broker["address"] for broker in group.brokers], history,
+                                        credentials))
         if workload in ("W6", "W7"):
             kind = FifoWorkload if workload == "W6" else TimerWorkload
-            workloads.append(kind(";".join(broker["address"] for broker in group.brokers), history, seed))
+            # Over TLS the official client checks each broker's certificate against its endpoints
+            # joined into one name ("127.0.0.1:a,127.0.0.1:b"), which no certificate can hold: one
+            # broker, which forwards to the master, is its endpoint then.
+            addresses = [broker["address"] for broker in group.brokers]
+            endpoints = addresses[0] if tls.client_tls() else ";".join(addresses)
+            workloads.append(kind(endpoints, history, seed, credentials))
         if fault == PIPELINE:
             standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
             standby.start()
@@ -317,6 +366,8 @@ def main() -> int:
     unknown = set(faults) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    if opts.profile == SECURE and PIPELINE in faults:
+        parser.error(f"{PIPELINE} has no {SECURE} runs: the replicator cannot sign its calls")
     base = opts.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
     seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
     failed = 0

@@ -7,14 +7,16 @@ A failure shows the verdict table and the seed that replays the run's fault sche
 import pytest
 
 from nemesis import FAULT_KINDS
-from quorumq.config import Config, Kind
+from quorumq.config import Config, Kind, read_properties
 from quorumq.core.retention import parse_delete_when, retention_action
-from run import PROFILES, run
+from run import PROFILES, SECURE, run
 from workload import FifoUnsupported
 
 SMOKE_SECONDS = 20.0
 SMOKE_SEED = 5000  # fixed, so CI replays the same schedules; make chaos draws fresh seeds
 FIFO_SMOKE_SEED = 5100
+SECURE_SMOKE_SEED = 5200
+SECURE_SMOKE_SECONDS = 5.0  # the profile reaches every client: the long runs put it under faults
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -52,3 +54,22 @@ def test_fifo_consumption_keeps_order_and_dead_letters_under_a_master_kill(tmp_p
     assert result.rows["faults"] >= 1 and figures["deliveries"] and figures["dead letters"], figures
     replay = f"python tests/chaos/run.py --faults F1 --seed {FIFO_SMOKE_SEED} --count 1 --workload W6"
     assert result.ok, f"{result.table}\nreplay: {replay}"
+
+
+@pytest.mark.timeout(240)
+def test_every_client_of_a_secure_run_signs_its_calls_over_tls(tmp_path):
+    """The secure profile: every process of the run serves TLS alone and authenticates, and every
+    client of the run (the producers, the consumers, the group's admin calls and commands) signs
+    over TLS: no process refused a call or a handshake, and every checker passes. The official
+    clients' (W6, W7) take longer to drain: the long runs have them."""
+    result = run("F2", SECURE_SMOKE_SEED, SECURE_SMOKE_SECONDS, tmp_path / "secure", profile=SECURE)
+    replay = f"python tests/chaos/run.py --faults F2 --seed {SECURE_SMOKE_SEED} --count 1 --profile {SECURE}"
+    assert result.ok and result.rows["acked"], f"{result.table}\nreplay: {replay}"
+    cluster = tmp_path / "secure" / "cluster"
+    configs = [read_properties(config.read_text()) for config in cluster.glob("*/*.conf")]
+    assert len(configs) == 6  # the name server, two controllers, three brokers
+    assert all(config["authenticationEnabled"] == "true" and config["tls.server.mode"] == "enforcing"
+               for config in configs), configs
+    refusals = [line for log in cluster.glob("*/*.log") for line in log.read_text(errors="replace").splitlines()
+                if "refused: UNAUTHENTICATED" in line or "Handshake failed" in line]
+    assert not refusals, refusals[:5]

@@ -49,6 +49,9 @@ from checkers import commit_intended
 from harness import cli
 from history import History
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
+from quorumq.client import Credentials as Signing
+from quorumq.client.routes import v5_signature
+from quorumq.tls import client_tls
 
 SEND_TIMEOUT_S = 5.0
 # Refusals that say the message was not stored; every other error leaves it unknown ("info").
@@ -106,10 +109,11 @@ class Producers(Workload):
     Its sends are recorded `idempotent`, so C4 allows none of its values twice."""
 
     def __init__(self, access_point: str, topic: str, history: History, count: int = 4,
-                 pause_s: float = 0.02, queues: int | None = None) -> None:
+                 pause_s: float = 0.02, queues: int | None = None, credentials: Signing | None = None) -> None:
         super().__init__("producers")
         self.access_point, self.topic, self.history = access_point, topic, history
         self.count, self.pause_s, self.queues = count, pause_s, queues
+        self.credentials = credentials  # every call signed with them (the secure profile)
 
     async def _run(self) -> None:
         await asyncio.gather(*(self._produce(f"p{index}", index) for index in range(self.count)))
@@ -117,7 +121,8 @@ class Producers(Workload):
     async def _produce(self, name: str, index: int) -> None:
         producer_id = uuid.uuid4().hex[:16].upper()
         queue_id = None if self.queues is None else index % self.queues
-        async with Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S) as producer:
+        async with Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S,
+                            credentials=self.credentials) as producer:
             sequence = 0
             while not self._stop.is_set():
                 value = f"{name}-{sequence}"
@@ -158,9 +163,11 @@ class Consumers(Workload):
     is worked by one consumer at a time, and a consumer that lost a queue, or an answer, reads
     the committed offset again before it goes on."""
 
-    def __init__(self, access_point: str, topic: str, queues: int, history: History, groups: int = 2) -> None:
+    def __init__(self, access_point: str, topic: str, queues: int, history: History, groups: int = 2,
+                 credentials: Signing | None = None) -> None:
         super().__init__("consumers")
         self.access_point, self.topic, self.queues, self.history = access_point, topic, queues, history
+        self.credentials = credentials
         self.groups = [f"chaos-group-{index}" for index in range(groups)]
         self._shift = 0  # consumer c of a group works the queues q with (q + shift) % 2 == c
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}  # one consumer on a queue at a time
@@ -185,7 +192,8 @@ class Consumers(Workload):
         name = f"{group}/c{index}"
         positions: dict[int, int] = {}  # queue -> where this consumer goes on reading
         shift = self._shift  # the assignment `positions` were read under
-        async with PullConsumer(self.access_point, group, timeout_s=CONSUMER_TIMEOUT_S) as consumer:
+        async with PullConsumer(self.access_point, group, timeout_s=CONSUMER_TIMEOUT_S,
+                                credentials=self.credentials) as consumer:
             for queue in itertools.cycle(range(self.queues)):
                 if self._stop.is_set():
                     return
@@ -238,15 +246,18 @@ class TopicChurn(Workload):
     create-topic and delete-topic (value: the topic; ok only when every broker applied it) and
     churn-send (with its topic), which C11 judges apart from the producers' sends."""
 
-    def __init__(self, access_point: str, brokers: list[str], history: History) -> None:
+    def __init__(self, access_point: str, brokers: list[str], history: History,
+                 credentials: Signing | None = None) -> None:
         super().__init__("churn")
         self.access_point, self.brokers, self.history = access_point, brokers, history
+        self.credentials = credentials
 
     async def _run(self) -> None:
         lives = itertools.count()
         live: set[str] = set()
-        async with AdminClient(self.access_point, timeout_s=SEND_TIMEOUT_S) as admin, \
-                Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S) as producer:
+        async with AdminClient(self.access_point, timeout_s=SEND_TIMEOUT_S, credentials=self.credentials) as admin, \
+                Producer(self.access_point, timeout_s=SEND_TIMEOUT_S, retry_s=SEND_TIMEOUT_S,
+                         credentials=self.credentials) as producer:
             for topic in itertools.cycle(CHURN_TOPICS):
                 if self._stop.is_set():
                     return
@@ -376,9 +387,21 @@ def _setup_admin(namesrv: str, cluster: str, *args) -> subprocess.CompletedProce
     return done
 
 
-def prepare_fifo(namesrv: str, cluster: str, broker: str) -> None:
+def _v5_channel(address: str) -> grpc.Channel:
+    """A channel for a raw v5 call: TLS when the run's clients use it (QUORUMQ_TLS_CA)."""
+    client = client_tls()
+    return grpc.insecure_channel(address) if client is None else grpc.secure_channel(
+        address, client.channel_credentials())
+
+
+def _signed(credentials: Signing | None) -> tuple[tuple[str, str], ...]:
+    return () if credentials is None else v5_signature(credentials)
+
+
+def prepare_fifo(namesrv: str, cluster: str, broker: str, credentials: Signing | None = None) -> None:
     """W6's FIFO topic and consumer group, made with the admin commands a user runs, and a look at
-    whether `broker` serves dead letters. Raises FifoUnsupported when the cluster does not serve
+    whether `broker` serves dead letters (signed with `credentials`; the admin commands with the
+    environment's QUORUMQ_ACCESS_KEY and QUORUMQ_SECRET_KEY). Raises FifoUnsupported when the cluster does not serve
     these yet, RuntimeError when a command it does serve failed."""
     policy = {"type": "CUSTOMIZED", "customizedRetryPolicy": {"next": [FIFO_BACKOFF_MS]}}
     for args in (("updateTopic", "-t", FIFO_TOPIC, "-r", FIFO_QUEUES, "-w", FIFO_QUEUES, "-a", "+message.type=FIFO"),
@@ -392,8 +415,9 @@ def prepare_fifo(namesrv: str, cluster: str, broker: str) -> None:
     request = v5s.ForwardMessageToDeadLetterQueueRequest(
         group=v5.Resource(name=FIFO_GROUP), topic=v5.Resource(name=FIFO_TOPIC), receipt_handle="probe",
         message_id="probe", delivery_attempt=1, max_delivery_attempts=1)
-    with grpc.insecure_channel(broker) as channel:
-        answer = v5_grpc.MessagingServiceStub(channel).ForwardMessageToDeadLetterQueue(request, timeout=SEND_TIMEOUT_S)
+    with _v5_channel(broker) as channel:
+        answer = v5_grpc.MessagingServiceStub(channel).ForwardMessageToDeadLetterQueue(
+            request, timeout=SEND_TIMEOUT_S, metadata=_signed(credentials))
     if answer.status.code == Code.NOT_IMPLEMENTED:
         raise FifoUnsupported(f"ForwardMessageToDeadLetterQueue: {answer.status.message}")
 
@@ -403,9 +427,13 @@ class OfficialWorkload:
     started once the cluster is whole; `stop()` drains (`_drain`), halts, and raises what made
     a thread fail."""
 
-    def __init__(self, endpoints: str, history: History, seed: int) -> None:
+    def __init__(self, endpoints: str, history: History, seed: int, credentials: Signing | None = None) -> None:
         self.history, self.seed = history, seed
-        self.config = ClientConfiguration(endpoints, Credentials(), request_timeout=int(SEND_TIMEOUT_S))
+        signing = Credentials() if credentials is None else Credentials(credentials.access_key, credentials.secret_key)
+        self.config = ClientConfiguration(endpoints, signing, request_timeout=int(SEND_TIMEOUT_S))
+        # TLS when quorumq's client uses it; the official client trusts the CA that the run puts in
+        # GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
+        self.tls = client_tls() is not None
         self._stop = threading.Event()
         self._draining = threading.Event()
         self._lock = threading.Lock()
@@ -423,6 +451,13 @@ class OfficialWorkload:
             target(*args)
         except BaseException as error:  # surfaced by stop()
             self.error = self.error or error
+
+    def _producer(self, topics: tuple[str, ...]) -> OfficialProducer:
+        return OfficialProducer(self.config, topics, tls_enable=self.tls)
+
+    def _simple_consumer(self, group: str, topic: str) -> SimpleConsumer:
+        return SimpleConsumer(self.config, group, {topic: FilterExpression()}, await_duration=FIFO_AWAIT_S,
+                              tls_enable=self.tls)
 
     def _started(self, client):
         """The client, started; raises what made it fail."""
@@ -494,8 +529,8 @@ class FifoWorkload(OfficialWorkload):
     until every acknowledged send and every message received is acked or dead-lettered, or
     DRAIN_IDLE_S without one settled ("fifo-drain"). C12 judges the history."""
 
-    def __init__(self, endpoints: str, history: History, seed: int) -> None:
-        super().__init__(endpoints, history, seed)
+    def __init__(self, endpoints: str, history: History, seed: int, credentials: Signing | None = None) -> None:
+        super().__init__(endpoints, history, seed, credentials)
         self._consumers_ended = threading.Event()  # set by halt once it waited for the consumers
         self._reader_deadline = math.inf  # halt's: the DLQ reader stops then, even if the cluster does not answer
         self._sent: set[str] = set()  # acknowledged sends
@@ -511,7 +546,7 @@ class FifoWorkload(OfficialWorkload):
                     self._started(self._simple_consumer(DLQ_READER_GROUP, DLQ_TOPIC)))
         for index in range(FIFO_PRODUCERS):
             self._spawn(f"fifo-p{index}", self._produce, index,
-                        self._started(OfficialProducer(self.config, (FIFO_TOPIC,))))
+                        self._started(self._producer((FIFO_TOPIC,))))
 
     def halt(self, timeout: float = 30.0) -> None:
         """Stop every thread, the DLQ reader last: a consumer's receive still in flight may
@@ -543,9 +578,6 @@ class FifoWorkload(OfficialWorkload):
     def _unsettled(self) -> int:
         with self._lock:
             return len((self._sent | self._received) - self._settled)
-
-    def _simple_consumer(self, group: str, topic: str) -> SimpleConsumer:
-        return SimpleConsumer(self.config, group, {topic: FilterExpression()}, await_duration=FIFO_AWAIT_S)
 
     def _produce(self, index: int, producer: OfficialProducer) -> None:
         name = f"fifo-p{index}"
@@ -717,7 +749,7 @@ class TimersUnsupported(Exception):
     """The cluster does not serve what W7 needs yet: delay topics and transactions."""
 
 
-def prepare_timers(namesrv: str, cluster: str, broker: str) -> None:
+def prepare_timers(namesrv: str, cluster: str, broker: str, credentials: Signing | None = None) -> None:
     """W7's DELAY and TRANSACTION topics, made with the admin commands a user runs, and a look at
     whether `broker` serves EndTransaction. Raises TimersUnsupported when it does not yet,
     RuntimeError when an admin command failed."""
@@ -728,10 +760,11 @@ def prepare_timers(namesrv: str, cluster: str, broker: str) -> None:
             raise RuntimeError(f"quorumq admin {' '.join(map(str, args))}: {done.stderr.strip()}")
     request = v5s.EndTransactionRequest(topic=v5.Resource(name=ORDER_TOPIC), message_id="probe",
                                         transaction_id="probe", resolution=v5.COMMIT, source=v5.SOURCE_CLIENT)
-    with grpc.insecure_channel(broker) as channel:
+    with _v5_channel(broker) as channel:
         for tries_left in reversed(range(SETUP_TRIES)):
             try:
-                answer = v5_grpc.MessagingServiceStub(channel).EndTransaction(request, timeout=SEND_TIMEOUT_S)
+                answer = v5_grpc.MessagingServiceStub(channel).EndTransaction(request, timeout=SEND_TIMEOUT_S,
+                                                                              metadata=_signed(credentials))
                 break
             except grpc.RpcError:  # a loaded machine's broker late to answer, as in _setup_admin
                 if not tries_left:
@@ -769,8 +802,9 @@ class _CheckedProducer(OfficialProducer):
     """The official producer, with the outcome of each EndTransaction its checker's answer sent
     recorded (the client only logs it)."""
 
-    def __init__(self, config: ClientConfiguration, topics: tuple[str, ...], checker: _RuleChecker) -> None:
-        super().__init__(config, topics, checker)
+    def __init__(self, config: ClientConfiguration, topics: tuple[str, ...], checker: _RuleChecker,
+                 tls_enable: bool) -> None:
+        super().__init__(config, topics, checker, tls_enable)
         self.checker = checker
 
     def _Producer__server_transaction_check_callback(self, future, message, transaction_id, result) -> None:
@@ -811,8 +845,8 @@ class TimerWorkload(OfficialWorkload):
     transaction acknowledged was received and every undecided rolled-back one resolved, or
     TIMER_DRAIN_TIMEOUT_S ("timer-drain"). C13 and C14 judge the history."""
 
-    def __init__(self, endpoints: str, history: History, seed: int) -> None:
-        super().__init__(endpoints, history, seed)
+    def __init__(self, endpoints: str, history: History, seed: int, credentials: Signing | None = None) -> None:
+        super().__init__(endpoints, history, seed, credentials)
         self._due: dict[str, int] = {}  # acknowledged timers: value -> delivery time, wall ms
         self._committing: set[str] = set()  # acknowledged half messages to be committed
         self._rolling_back: set[str] = set()  # acknowledged half messages to be rolled back
@@ -824,15 +858,14 @@ class TimerWorkload(OfficialWorkload):
         """Start each client (the cluster is whole yet) and its thread, the consumers first."""
         for topic, group, f in ((TIMER_TOPIC, TIMER_GROUP, "timer-receive"), (ORDER_TOPIC, ORDER_GROUP, "tx-receive")):
             for index in range(TIMER_CONSUMERS):
-                consumer = SimpleConsumer(self.config, group, {topic: FilterExpression()}, await_duration=FIFO_AWAIT_S)
-                self._spawn(f"{group}-c{index}", self._consume, f, self._started(consumer))
+                self._spawn(f"{group}-c{index}", self._consume, f, self._started(self._simple_consumer(group, topic)))
         for index in range(ORDER_PRODUCERS):
             checker = _RuleChecker(self, f"tx-p{index}")
             self._spawn(checker.name, self._transact, index,
-                        self._started(_CheckedProducer(self.config, (ORDER_TOPIC,), checker)))
+                        self._started(_CheckedProducer(self.config, (ORDER_TOPIC,), checker, self.tls)))
         for index in range(TIMER_PRODUCERS):
             self._spawn(f"timer-p{index}", self._send_timers, index,
-                        self._started(OfficialProducer(self.config, (TIMER_TOPIC,))))
+                        self._started(self._producer((TIMER_TOPIC,))))
 
     def _drain(self) -> None:
         op = self.history.invoke("timers", "timer-drain", None)
@@ -903,7 +936,7 @@ class TimerWorkload(OfficialWorkload):
             if self._stop.is_set():
                 return
             op = self.history.invoke(name, "tx-restart", generation)
-            producer = self._restarted(lambda: _CheckedProducer(self.config, (ORDER_TOPIC,), checker))
+            producer = self._restarted(lambda: _CheckedProducer(self.config, (ORDER_TOPIC,), checker, self.tls))
             self.history.ok(op)
 
     def _transaction(self, name: str, key: str, rng: random.Random, producer: _CheckedProducer) -> None:

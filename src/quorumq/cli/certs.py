@@ -23,7 +23,7 @@ def paths(directory: Path) -> dict[str, Path]:
 
 
 def _certificate(subject: str, public_key: ec.EllipticCurvePublicKey, issuer: x509.Name,
-                 signer: ec.EllipticCurvePrivateKey, ca: bool) -> x509.Certificate:
+                 signer: ec.EllipticCurvePrivateKey, ca: bool, hosts: tuple[str, ...] = ()) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (x509.CertificateBuilder()
                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
@@ -42,21 +42,24 @@ def _certificate(subject: str, public_key: ec.EllipticCurvePublicKey, issuer: x5
     else:
         builder = (builder
                    .add_extension(x509.SubjectAlternativeName(
-                       [x509.IPAddress(ipaddress.ip_address(host)) for host in HOSTS] + [x509.DNSName("localhost")]),
+                       [x509.IPAddress(ipaddress.ip_address(host)) for host in hosts] + [x509.DNSName("localhost")]),
                        critical=False)
                    .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                          ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
     return builder.sign(signer, hashes.SHA256())
 
 
-def write(directory: Path) -> dict[str, Path]:
-    """A new CA and a certificate it signed, in `directory` (the key readable by its owner alone)."""
+def write(directory: Path, hosts: tuple[str, ...] = HOSTS) -> dict[str, Path]:
+    """A new CA and a certificate it signed for the IP addresses `hosts` and localhost, in
+    `directory` (the key readable by its owner alone). A member advertised at another address
+    (brokerIP2) needs it among the hosts: its peers check the certificate against the address
+    they dial."""
     directory.mkdir(parents=True, exist_ok=True)
     files = paths(directory)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "quorumq up throwaway CA")])
     ca = _certificate("quorumq up throwaway CA", ca_key.public_key(), ca_name, ca_key, ca=True)
-    certificate = _certificate("quorumq", key.public_key(), ca_name, ca_key, ca=False)
+    certificate = _certificate("quorumq", key.public_key(), ca_name, ca_key, ca=False, hosts=hosts)
     files["tls.server.trustCertPath"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files["tls.server.certPath"].write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key_path = files["tls.server.keyPath"]

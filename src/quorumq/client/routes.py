@@ -85,6 +85,12 @@ class RouteQueue:
                                broker=v5.Broker(name=self.broker_name))
 
 
+def v5_signature(credentials: Credentials) -> tuple[tuple[str, str], ...]:
+    """The headers that sign a v5 call made now: its date-time and the authorization over it."""
+    date_time = time.strftime(DATE_TIME_FORMAT, time.gmtime())  # UTC, whatever the process's zone
+    return (SIGNED_HEADER, date_time), ("authorization", authorization(credentials, date_time))
+
+
 class Channels:
     """One gRPC channel per address, shared by every request of a client, and the headers each
     request carries: the client's id and, with credentials, its signature (core/auth.py for v5
@@ -104,9 +110,7 @@ class Channels:
     def metadata(self) -> tuple[tuple[str, str], ...]:
         if self._credentials is None:
             return self._client_id
-        date_time = time.strftime(DATE_TIME_FORMAT, time.gmtime())  # UTC, whatever the process's zone
-        return (*self._client_id, (SIGNED_HEADER, date_time),
-                ("authorization", authorization(self._credentials, date_time)))
+        return (*self._client_id, *v5_signature(self._credentials))
 
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
