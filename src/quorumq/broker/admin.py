@@ -170,37 +170,32 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
 
     # ACL 2.0 (the Super users' alone: protocol/permissions.py).
 
-    @aborts_on_error
-    async def CreateUser(self, request):
-        await self.broker.access.create_user(request)
+    async def _access_changed(self, change: Awaitable[None]) -> pb.Empty:
+        await change
         await self.publish_topics()  # the name servers authenticate v5 clients with the broker's users
         return pb.Empty()
 
     @aborts_on_error
+    async def CreateUser(self, request):
+        return await self._access_changed(self.broker.access.create_user(request))
+
+    @aborts_on_error
     async def UpdateUser(self, request):
-        await self.broker.access.update_user(request)
-        await self.publish_topics()
-        return pb.Empty()
+        return await self._access_changed(self.broker.access.update_user(request))
 
     @aborts_on_error
     async def DeleteUser(self, request):
-        await self.broker.access.delete_user(request.username)
-        await self.publish_topics()
-        return pb.Empty()
+        return await self._access_changed(self.broker.access.delete_user(request.username))
 
     @aborts_on_error
     async def CreateAcl(self, request):
-        await self.broker.access.put_rules(request)
-        await self.publish_topics()
-        return pb.Empty()
+        return await self._access_changed(self.broker.access.put_rules(request))
 
     UpdateAcl = CreateAcl  # mqadmin has both; each entry replaces the subject's for its resource
 
     @aborts_on_error
     async def DeleteAcl(self, request):
-        await self.broker.access.delete_rules(request)
-        await self.publish_topics()
-        return pb.Empty()
+        return await self._access_changed(self.broker.access.delete_rules(request))
 
     @aborts_on_error
     def GetAccess(self, request):
