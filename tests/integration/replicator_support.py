@@ -7,7 +7,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from quorumq.client import Blocking, Message, Producer, PullConsumer
+from quorumq.client import Blocking, Credentials, Message, Producer, PullConsumer
 from quorumq.core import replicator as plan
 from quorumq.replicator.datasource import QueueReader, QueueWriter, SinkOptions, SourceOptions
 
@@ -50,8 +50,8 @@ def queue_messages(cluster: dict, topic: str, queue: int) -> list:
         return messages
 
 
-def queue_ends(cluster: dict, topic: str, queues: int) -> list[int]:
-    with Blocking(PullConsumer, cluster["access_point"], "ReplicatorTest") as consumer:
+def queue_ends(cluster: dict, topic: str, queues: int, credentials: Credentials | None = None) -> list[int]:
+    with Blocking(PullConsumer, cluster["access_point"], "ReplicatorTest", credentials=credentials) as consumer:
         return [consumer.query_offset(topic, queue, "END") for queue in range(queues)]
 
 

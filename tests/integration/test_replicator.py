@@ -59,7 +59,8 @@ def settings_for(source: dict, target: dict, topic: str, checkpoint: Path, **opt
 
 def copy_topics(primary: dict, standby: dict, topic: str) -> dict:
     """One run of the config job's topic part for one topic; the changes made."""
-    return jobs.copy_topics(jobs.masters(primary["access_point"]), jobs.masters(standby["access_point"]), (topic,))
+    return jobs.copy_topics(jobs.masters(primary["access_point"], None), jobs.masters(standby["access_point"], None),
+                            (topic,))
 
 
 def run_until(queries: list, done, what: str) -> None:
@@ -217,15 +218,16 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_a
         admin.update_subscription_group([b.address for b in admin.brokers(masters_only=True)], group_to_pb(fifo))
     fetched = collections.Counter()  # master address -> metadata look-ups, which a run makes once
     for cluster in clusters:
-        admin = jobs.clients.admin(cluster["access_point"])
+        admin = jobs.clients.admin(cluster["access_point"], None)
         monkeypatch.setattr(admin, "metadata", lambda address, fetch=admin.metadata: fetched.update([address])
                             or fetch(address))
-    changes, groups, configs = jobs.copy_config(primary["access_point"], standby["access_point"],
-                                                (created, expanded, larger))
+    changes, groups, configs, access = jobs.copy_config(Settings(primary["access_point"], standby["access_point"],
+                                                                 (created, expanded, larger), Path(), {}))
     assert len(fetched) == 2 and set(fetched.values()) == {1}, fetched
     assert changes == {created: {"broker-a": TopicShape(8, 8, 6)}, expanded: {"broker-a": TopicShape(8, 8, 6)}}
     assert groups == {"broker-a": {group: first_contact_ms}}
     assert configs == {"broker-a": {group: fifo}}
+    assert access == {}, "no users or rules on either side"
     with Blocking(AdminClient, standby["access_point"]) as admin:
         shapes = {t: [(q.read_queue_nums, q.write_queue_nums) for q in admin.route(t).queues]
                   for t in (created, expanded, larger)}
@@ -235,7 +237,8 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_a
         [(_, held)] = admin.subscription_groups(group)
         assert group_from_pb(held) == fifo and held.configured
     assert shapes == {created: [(8, 8)], expanded: [(8, 8)], larger: [(16, 16)]}
-    assert jobs.copy_config(primary["access_point"], standby["access_point"], (created,)) == ({}, {}, {})
+    assert jobs.copy_config(Settings(primary["access_point"], standby["access_point"], (created,), Path(), {})) \
+        == ({}, {}, {}, {})
 
 
 def test_a_fifo_topic_arrives_fifo_with_each_message_in_its_group(clusters):

@@ -1,6 +1,6 @@
 """The replicator's pure decisions: offsets as JSON, admission per micro-batch, queue mapping, the
 loop check, the replay de-duplication cut, offset syncs and group-offset translation, topic and group
-changes, and which groups the checkpoint job may move."""
+changes, ACL 2.0 users and rules to copy, and which groups the checkpoint job may move."""
 
 import itertools
 import json
@@ -9,8 +9,10 @@ import random
 import pytest
 
 from quorumq.core import replicator as plan
+from quorumq.core.acl import entry_from_data, parse_resource
+from quorumq.core.auth import User, UserStatus, UserType
 from quorumq.core.message_types import TopicMessageType
-from quorumq.core.replicator import OffsetSync, OffsetSyncStore, QueueKey, TopicShape
+from quorumq.core.replicator import Access, AccessChanges, OffsetSync, OffsetSyncStore, QueueKey, TopicShape
 from quorumq.errors import Error, QuorumqError
 
 
@@ -234,3 +236,52 @@ def test_the_checkpoint_skips_a_group_with_a_live_consumer_on_any_target_broker(
     assert plan.groups_to_checkpoint(["Busy", "Idle", "Unknown", "Both"], live) == (["Idle", "Unknown"],
                                                                                    {"Busy": 2, "Both": 2})
     assert plan.groups_to_checkpoint(["Busy"], {}) == (["Busy"], {}), "once its consumers left, it is written again"
+
+
+def entry(resource: str, *actions: str, decision: str = "Allow"):
+    return entry_from_data({"resource": resource, "actions": list(actions), "decision": decision})
+
+
+ALICE, BOB = User("alice", "pw-a"), User("bob", "pw-b")
+ALICE_RULES = (entry("Topic:T", "Pub"), entry("Group:G", "Sub"))
+
+
+def test_missing_users_and_rules_are_created_differing_ones_updated_and_nothing_deleted_by_default():
+    source = {"broker-a": Access({"alice": ALICE, "bob": BOB}, {"User:alice": ALICE_RULES, "User:bob": ALICE_RULES})}
+    standby_bob = User("bob", "old", UserType.NORMAL, UserStatus.DISABLE)
+    target = {"broker-a": Access({"bob": standby_bob, "carol": User("carol", "pw-c")},
+                                 {"User:bob": (entry("Topic:T", "Pub"), entry("Topic:X", "Sub")),
+                                  "User:carol": (entry("*", "All"),)}),
+              "broker-b": Access({"alice": ALICE, "bob": BOB}, {"User:alice": ALICE_RULES, "User:bob": ALICE_RULES})}
+    assert plan.access_changes(source, target, deletes=False) == {
+        "broker-a": AccessChanges(create_users=(ALICE,), update_users=(BOB,),
+                                  set_rules={"User:alice": ALICE_RULES, "User:bob": ALICE_RULES})}
+
+
+def test_with_deletes_what_the_source_lacks_goes_but_never_the_replicators_own_user():
+    source = {"broker-a": Access({"alice": ALICE}, {"User:alice": (entry("Topic:T", "Pub"),)})}
+    target = {"broker-a": Access({"alice": ALICE, "bob": BOB, "replicator": User("replicator", "s", UserType.SUPER)},
+                                 {"User:alice": (entry("Topic:T", "Pub"), entry("Topic:X", "Sub")),
+                                  "User:bob": ALICE_RULES})}
+    assert plan.access_changes(source, target, deletes=True, kept=("replicator",)) == {
+        "broker-a": AccessChanges(delete_entries={"User:alice": (parse_resource("Topic:X"),)},
+                                  delete_users=("bob",))}, "bob's rules go with bob"
+    source["broker-a"] = Access({"alice": ALICE}, {})
+    assert plan.access_changes(source, target, deletes=True, kept=("replicator",))["broker-a"].delete_rules == \
+        ("User:alice",), "a subject without rules on the source loses them"
+
+
+def test_the_replicators_own_user_is_never_changed_and_a_user_held_alike_needs_nothing():
+    source = {"broker-a": Access({"alice": ALICE, "replicator": User("replicator", "other")},
+                                 {"User:alice": ALICE_RULES, "User:replicator": ALICE_RULES})}
+    target = {"broker-a": Access({"alice": ALICE, "replicator": User("replicator", "mine", UserType.SUPER)},
+                                 {"User:alice": tuple(reversed(ALICE_RULES))})}
+    assert plan.access_changes(source, target, deletes=True, kept=("replicator",)) == {}
+
+
+def test_a_target_broker_gets_the_users_of_the_source_broker_of_its_name_else_of_the_first_by_name():
+    renamed = User("alice", "pw-other")
+    source = {"broker-b": Access({"alice": renamed}, {}), "broker-a": Access({"alice": ALICE}, {})}
+    target = {name: Access({}, {}) for name in ("broker-a", "broker-b", "broker-c")}
+    assert {broker: change.create_users for broker, change in plan.access_changes(source, target, False).items()} \
+        == {"broker-a": (ALICE,), "broker-b": (renamed,), "broker-c": (ALICE,)}

@@ -26,7 +26,7 @@ from quorumq.client.consumer import NO_NEW_MSG
 from quorumq.client.controller import ControllerClient, controller_addresses
 from quorumq.client.errors import FanOutError
 from quorumq.cluster import cluster_pb2 as pb
-from quorumq.core.auth import Credentials
+from quorumq.core.auth import Credentials, credentials_of
 from quorumq.core.controller_state import Code
 from quorumq.core.message_types import MESSAGE_TYPE_ATTRIBUTE, parse_attributes
 from quorumq.core.subscription import (
@@ -38,7 +38,7 @@ from quorumq.core.subscription import (
     parse_retry_max_times,
     retry_policy_from_json,
 )
-from quorumq.errors import Error, QuorumqError
+from quorumq.errors import QuorumqError
 from quorumq.protocol.configs import group_from_pb, group_to_pb
 
 CONSUME_BATCH = 32
@@ -556,14 +556,8 @@ def fan_out_report(args: argparse.Namespace, error: FanOutError) -> str:
 
 def credentials(args: argparse.Namespace) -> Credentials | None:
     """--ak/--sk, each else from the environment; None when neither names an access key."""
-    access_key = args.ak or os.environ.get(ACCESS_KEY_ENV, "")
-    secret_key = args.sk or os.environ.get(SECRET_KEY_ENV, "")
-    if not access_key and not secret_key:
-        return None
-    if not access_key or not secret_key:
-        raise QuorumqError(Error.BAD_REQUEST, f"an access key needs its secret key and the other way round: "
-                                              f"--ak and --sk, or {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
-    return Credentials(access_key, secret_key)
+    return credentials_of(args.ak or os.environ.get(ACCESS_KEY_ENV, ""), args.sk or os.environ.get(SECRET_KEY_ENV, ""),
+                          f"--ak and --sk, or {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
 
 
 async def execute(args: argparse.Namespace) -> int:

@@ -60,6 +60,16 @@ class Credentials:
     secret_key: str = field(repr=False)
 
 
+def credentials_of(access_key: str, secret_key: str, where: str) -> Credentials | None:
+    """The credentials an access key and a secret key make, given together; None when neither is
+    given. `where` names where they come from, for the error."""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise QuorumqError(Error.BAD_REQUEST, f"an access key needs its secret key and the other way round: {where}")
+    return Credentials(access_key, secret_key)
+
+
 @dataclass(frozen=True)
 class Authorization:
     """An `authorization` header, parsed."""

@@ -1,19 +1,22 @@
 """The replicator's decisions, free of I/O: source offsets as JSON, how much each queue may read in
 one micro-batch, which destination queue a source queue writes to, the loop check, the replay
 de-duplication cut, the translation of consumer-group offsets through offset syncs, which groups the
-checkpoint job may move, and what the config job changes on the target (topics, consumer groups and
-their subscription configs).
+checkpoint job may move, and what the config job changes on the target (topics, consumer groups,
+their subscription configs, ACL 2.0 users and rules).
 
 A queue is named by a `QueueKey` (topic, broker name, queue id); it never travels as a joined string,
 since broker names may contain any character a joiner would use.
 """
 
 import re
-from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple, Sequence, TypeVar
+from dataclasses import dataclass, field
+from typing import Collection, Iterable, Mapping, NamedTuple, Sequence, TypeVar
 from urllib.parse import unquote
 
 from quorumq import limits
+from quorumq.core import acl
+from quorumq.core.acl import PolicyEntry, ResourcePattern
+from quorumq.core.auth import User
 from quorumq.core.message_types import TopicMessageType
 from quorumq.errors import Error, QuorumqError
 
@@ -264,6 +267,15 @@ def group_changes(source: Mapping[str, Mapping[str, int]],
 Config = TypeVar("Config")
 
 
+def _as_source_has_it(source: Mapping[str, Mapping[str, Config]], broker: str) -> dict[str, Config]:
+    """What a target broker is to hold of items by name: each as the source broker of the same
+    name has it, else as the first source broker by name that has it."""
+    first: dict[str, Config] = {}
+    for name in sorted(source, reverse=True):  # the first broker by name wins
+        first.update(source[name])
+    return {**first, **source.get(broker, {})}
+
+
 def subscription_changes(source: Mapping[str, Mapping[str, Config]],
                          target: Mapping[str, Mapping[str, Config]]) -> dict[str, dict[str, Config]]:
     """What the config job sets on each target master (broker name -> group -> its subscription
@@ -271,15 +283,77 @@ def subscription_changes(source: Mapping[str, Mapping[str, Config]],
     name has it, else as the first source broker by name that has it, as topics go. A group the
     target holds alike is left as it is; one the source does not configure (deleted there, or the
     target's own) stays as the target has it. Brokers with nothing to set do not appear."""
-    first: dict[str, Config] = {}
-    for broker in sorted(source, reverse=True):  # the first broker by name wins
-        first.update(source[broker])
     changes = {}
     for broker, held in target.items():
-        wanted = {**first, **source.get(broker, {})}
+        wanted = _as_source_has_it(source, broker)
         differing = {group: config for group, config in sorted(wanted.items()) if held.get(group) != config}
         if differing:
             changes[broker] = differing
+    return changes
+
+
+class Access(NamedTuple):
+    """One broker's ACL 2.0 users by name and rules by subject (`User:name`)."""
+
+    users: Mapping[str, User]
+    rules: Mapping[str, tuple[PolicyEntry, ...]]
+
+
+@dataclass(frozen=True)
+class AccessChanges:
+    """What the config job changes of one target broker's users and rules, made in this order:
+    users created and updated (a rule needs its user), the entries of resources deleted, rules
+    set, then subjects' rules and users deleted (a user's deletion takes its rules)."""
+
+    create_users: tuple[User, ...] = ()
+    update_users: tuple[User, ...] = ()
+    delete_entries: dict[str, tuple[ResourcePattern, ...]] = field(default_factory=dict)  # subject -> resources
+    set_rules: dict[str, tuple[PolicyEntry, ...]] = field(default_factory=dict)  # subject -> the source's entries
+    delete_rules: tuple[str, ...] = ()  # subjects
+    delete_users: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self != AccessChanges()
+
+
+def access_changes(source: Mapping[str, Access], target: Mapping[str, Access], deletes: bool,
+                   kept: Collection[str] = ()) -> dict[str, AccessChanges]:
+    """What the config job changes of each target broker's users and rules (broker name -> its
+    Access) so that it holds the source's, each user and each subject's rules as the source broker
+    of the same name has them, else as the first source broker by name, as subscription configs go.
+    A missing user is created, one whose password, type or status differs updated; a subject whose
+    entries differ gets the source's (each replaces the target's entry of its resource, others stay).
+    Without `deletes` nothing is deleted; with it, the users the source lacks go (with their rules),
+    and the rules of the subjects and the entries of the resources the source's rules lack. The
+    users named in `kept` (the one the replicator signs as on the target) and their rules are left
+    as they are. Brokers with nothing to change do not appear."""
+    kept_subjects = {acl.subject(name) for name in kept}
+    changes = {}
+    for broker, held in target.items():
+        users = {name: user for name, user in _as_source_has_it({b: a.users for b, a in source.items()}, broker).items()
+                 if name not in kept}
+        rules = {subject: entries for subject, entries
+                 in _as_source_has_it({b: a.rules for b, a in source.items()}, broker).items()
+                 if subject not in kept_subjects}
+        delete_users = tuple(sorted(name for name in held.users if name not in users and name not in kept)) \
+            if deletes else ()
+        delete_entries, set_rules = {}, {}
+        for subject, entries in sorted(rules.items()):
+            wanted = {entry.resource: entry for entry in entries}
+            current = {entry.resource: entry for entry in held.rules.get(subject, ())}
+            extra = tuple(resource for resource in current if resource not in wanted)
+            if deletes and extra:
+                delete_entries[subject] = extra
+            if any(current.get(resource) != entry for resource, entry in wanted.items()):
+                set_rules[subject] = entries
+        gone = kept_subjects | {acl.subject(name) for name in delete_users}
+        change = AccessChanges(
+            tuple(user for name, user in sorted(users.items()) if name not in held.users),
+            tuple(user for name, user in sorted(users.items()) if name in held.users and held.users[name] != user),
+            delete_entries, set_rules,
+            tuple(sorted(s for s in held.rules if s not in rules and s not in gone)) if deletes else (), delete_users)
+        if change:
+            changes[broker] = change
     return changes
 
 

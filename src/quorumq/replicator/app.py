@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from quorumq.client import ClientError
+from quorumq.errors import QuorumqError
 from quorumq.replicator import jobs, options
 from quorumq.replicator.datasource import register
 from quorumq.replicator.jobs import Settings
@@ -42,10 +44,24 @@ def spark_session(master: str | None, app_name: str) -> Any:
     return spark
 
 
+def refusal(settings: Settings) -> str | None:
+    """Whether each cluster serves the replicator the look-up its config job starts with (users of
+    authenticationEnabled and authorizationEnabled are checked there); what went wrong, as one
+    line naming the cluster and the options that fix it, or None."""
+    for side, cluster in zip(options.SIDES, ("primary", "standby")):
+        access_point, credentials = getattr(settings, side), getattr(settings, f"{side}_credentials")
+        try:
+            jobs.masters(access_point, credentials)
+        except ClientError as error:
+            hint = {"UNAUTHENTICATED": f"; give the replicator a user of that cluster: --{side}-ak and --{side}-sk, "
+                                       f"or {options.ACCESS_KEY_ENV[side]} and {options.SECRET_KEY_ENV[side]}",
+                    "NO_PERMISSION": "; the replicator's user there must be a Super user"}.get(error.name, "")
+            return f"the {cluster} cluster at {access_point} refused the replicator: {error}{hint}"
+    return None
+
+
 def start_jobs(spark: Any, settings: Settings) -> list[Any]:
-    """Every job's query; the config is copied once before any data moves, so that the target has
-    every queue the replicate job writes to and knows every group before it can move there."""
-    jobs.copy_config(settings.source, settings.target, settings.topics)
+    """Every job's query (the config was copied once before Spark started, `run`)."""
     queries = [jobs.start_config(spark, settings), jobs.start_replicate(spark, settings),
                *jobs.start_heartbeat(spark, settings)]
     if settings.groups:
@@ -74,10 +90,22 @@ def progress_lines(progress: dict[str, dict], settings: Settings) -> list[str]:
 
 def run(settings: Settings, master: str | None, metrics_address: str = "") -> int:
     """Run until a query fails (exit 1) or a signal stops the application (exit 0); with a
-    `metrics_address` (host:port), serve Prometheus metrics there."""
+    `metrics_address` (host:port), serve Prometheus metrics there. A cluster that refuses the
+    replicator's first calls, or the config's first copy, ends it at once (exit 1)."""
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())
+    refused = refusal(settings)
+    if refused is None:
+        # Once before any data moves, so that the target has every queue the replicate job writes to
+        # and knows every group before it can move there.
+        try:
+            jobs.copy_config(settings)
+        except ClientError as error:
+            refused = f"copying the config to the standby failed: {error}"
+    if refused is not None:  # before Spark's slow start
+        print(f"quorumq replicator: {refused}", file=sys.stderr, flush=True)
+        return 1
     metrics = DriverMetrics(settings)
     if metrics_address:
         metrics.serve(metrics_address)
@@ -108,7 +136,12 @@ def run(settings: Settings, master: str | None, metrics_address: str = "") -> in
 
 def run_with_options(args: argparse.Namespace) -> int:
     """Run the driver as `quorumq replicator run` and spark-submit name it (replicator/options.py)."""
-    return run(options.settings(args), args.spark_master, args.metrics)
+    try:
+        settings = options.settings(args)
+    except QuorumqError as error:
+        print(f"quorumq replicator: {error}", file=sys.stderr)
+        return 2  # as argparse: the command line is wrong
+    return run(settings, args.spark_master, args.metrics)
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,10 @@ back to their birth cluster, and sent in order to the mapped queue; the task suc
 the destination answered SEND_OK for every row (or the failure policy took the rest). Other rows
 (`topic`, `body`, and optionally `queue_id`, `tag`, `keys`, `message_group`, `properties`) are simply
 sent.
+
+Both sign every call as the user of the options `accessKey` and `secretKey` when given. Options
+travel to the tasks inside the pickled reader or writer; the secret is never in a repr (Credentials)
+and Spark redacts the values of options named like these (spark.redaction.regex) where it shows them.
 """
 
 import importlib
@@ -39,6 +43,7 @@ from quorumq import limits
 from quorumq.client import FOUND, ClientError, Message, ReceivedMessage, SendResult
 from quorumq.client.producer import batches
 from quorumq.core import replicator as plan
+from quorumq.core.auth import Credentials, credentials_of
 from quorumq.core.codec import decode_properties, encode_properties
 from quorumq.core.replicator import QueueKey
 from quorumq.errors import Error, QuorumqError
@@ -68,6 +73,11 @@ def _required(options: Any, name: str) -> str:
     if not value:
         raise QuorumqError(Error.CONFIG_INVALID, f"option {name} is required by the {FORMAT} format")
     return value
+
+
+def _credentials(options: Any) -> Credentials | None:
+    return credentials_of(options.get("accessKey", ""), options.get("secretKey", ""),
+                          f"options accessKey and secretKey of the {FORMAT} format")
 
 
 def _positive_int(options: Any, name: str, default: int | None) -> int | None:
@@ -104,6 +114,7 @@ class SourceOptions:
     starting: str  # earliest or latest
     max_records_per_trigger: int | None
     max_records_per_queue: int | None
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Any) -> "SourceOptions":
@@ -115,7 +126,7 @@ class SourceOptions:
             raise QuorumqError(Error.CONFIG_INVALID, f"startingOffsets={starting!r} is earliest or latest")
         return cls(access_point, topics, tag_filters, starting,
                    _positive_int(options, "maxRecordsPerTrigger", None),
-                   _positive_int(options, "maxRecordsPerQueue", None))
+                   _positive_int(options, "maxRecordsPerQueue", None), _credentials(options))
 
 
 class QueuePartition(InputPartition):
@@ -176,7 +187,7 @@ class QueueReader(DataSourceStreamReader):
 
     def read(self, partition: QueuePartition) -> Iterator[pa.RecordBatch]:
         queue, end = partition.queue, partition.end
-        consumer = clients.consumer(self.options.access_point)
+        consumer = clients.consumer(self.options.access_point, self.options.credentials)
         tags = self.options.tag_filters.get(queue.topic, "*")
         offset = partition.start
         while offset < end:
@@ -187,7 +198,8 @@ class QueueReader(DataSourceStreamReader):
                                                          f"({result.status})")
             messages = [m for m in result.messages if m.queue_offset < end] if result.status == FOUND else []
             if messages:
-                yield _record_batch(clients.cluster_name(self.options.access_point), partition.queue_index, messages)
+                yield _record_batch(clients.cluster_name(self.options.access_point, self.options.credentials),
+                                    partition.queue_index, messages)
             offset = result.next_offset
 
     def _queue_ranges(self) -> dict[QueueKey, tuple[int, int]]:
@@ -195,7 +207,7 @@ class QueueReader(DataSourceStreamReader):
         REPLICATOR_END_OFFSETS_CACHE_S: Spark asks for the latest offset often while idle."""
         if clients.clock().monotonic() - self._ranges_at < limits.REPLICATOR_END_OFFSETS_CACHE_S:
             return self._ranges
-        admin = clients.admin(self.options.access_point)
+        admin = clients.admin(self.options.access_point, self.options.credentials)
         ranges = {}
         for topic in self.options.topics:
             try:
@@ -256,6 +268,7 @@ class SinkOptions:
     dedupe: bool
     offset_sync_topic: str | None  # where the driver writes each batch's offset syncs on the destination
     metrics_path: str | None  # a JSON file of running totals the driver updates after each batch
+    credentials: Credentials | None = None
 
     @classmethod
     def parse(cls, options: Any) -> "SinkOptions":
@@ -264,7 +277,7 @@ class SinkOptions:
             raise QuorumqError(Error.CONFIG_INVALID, f"option dedupe={dedupe!r} is true or false")
         return cls(_required(options, "accessPoint"), options.get("cluster"),
                    plan.parse_failure_policy(options.get("onFailure", "fail")), dedupe == "true",
-                   options.get("offsetSyncTopic"), options.get("metricsPath"))
+                   options.get("offsetSyncTopic"), options.get("metricsPath"), _credentials(options))
 
 
 @dataclass
@@ -302,6 +315,7 @@ class FailedRecord:
     status: str
     detail: str
     target: str  # the destination's access point, e.g. for a dead-letter topic there
+    credentials: Credentials | None  # what the replicator signs with there
 
 
 @dataclass
@@ -335,7 +349,8 @@ class QueueWriter(DataSourceStreamArrowWriter):
                 {"topic": r.topic, "sourceCluster": r.source_cluster, "sourceBroker": r.source_broker,
                  "sourceQueueId": r.source_queue_id, "broker": r.broker, "queueId": r.queue_id, "syncs": r.syncs}
                 for r in reports if r.syncs]}
-            clients.send_json(self.options.access_point, self.options.offset_sync_topic, record, f"batch-{batchId}")
+            clients.send_json(self.options.access_point, self.options.credentials, self.options.offset_sync_topic,
+                              record, f"batch-{batchId}")
         if self.options.metrics_path:
             add_metrics(self.options.metrics_path, batchId, reports)
 
@@ -344,7 +359,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
                     "sent again when the batch is replayed", batchId)
 
     def _destination_cluster(self) -> str:
-        return self.options.cluster or clients.cluster_name(self.options.access_point)
+        return self.options.cluster or clients.cluster_name(self.options.access_point, self.options.credentials)
 
     def _rows_by_queue(self, iterator: Iterator[pa.RecordBatch]) -> list[_QueueRows]:
         """The task's rows as messages, grouped by queue in their order; replicated rows are
@@ -406,7 +421,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
             report.deduped = start
         failed: list[FailedRecord] = []
         pairs: list[tuple[int, int]] = []
-        producer = clients.producer(self.options.access_point)
+        producer = clients.producer(self.options.access_point, self.options.credentials)
         fail_fast = self.options.on_failure == "fail"  # later records would only be sent again on replay
         position = start
         for chunk in batches(rows.messages[start:], limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX):
@@ -423,7 +438,8 @@ class QueueWriter(DataSourceStreamArrowWriter):
                 else:
                     failed.append(FailedRecord(rows.topic, report.source_broker, report.source_queue_id,
                                                rows.source_offsets[offset] if rows.source else None, message,
-                                               result.status, result.detail, self.options.access_point))
+                                               result.status, result.detail, self.options.access_point,
+                                               self.options.credentials))
             position += len(chunk)
             if failed and fail_fast:
                 break
@@ -437,7 +453,8 @@ class QueueWriter(DataSourceStreamArrowWriter):
         leave the choice to the producer (None)."""
         if rows.source is None:
             return None if rows.queue_id is None else ("", rows.queue_id)
-        queues = [(q.broker_name, q.queue_id) for q in clients.consumer(self.options.access_point).queues(rows.topic)]
+        queues = [(q.broker_name, q.queue_id)
+                  for q in clients.consumer(self.options.access_point, self.options.credentials).queues(rows.topic)]
         return plan.destination_queue(rows.source, rows.queue_index, queues)
 
     def _last_written(self, rows: _QueueRows, broker: str, queue_id: int) -> int | None:
@@ -445,7 +462,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
         replay of this batch wrote already; None when the tail holds nothing of this batch. The tail
         read is as long as the batch, so it finds everything when the replicator is the queue's
         only writer."""
-        consumer = clients.consumer(self.options.access_point)
+        consumer = clients.consumer(self.options.access_point, self.options.credentials)
         source_queue = rows.source_queue
         end = consumer.query_offset(rows.topic, queue_id, "END", broker_name=broker or None)
 

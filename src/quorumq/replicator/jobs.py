@@ -7,8 +7,10 @@
 - checkpoint: translates consumer-group offsets from the source to the target through the offset
   syncs the replicate sink writes with each batch, for groups with no live consumer on the target;
 - config: copies topics (queue numbers, permission, message type) to the target, created or
-  expanded, never shrunk, the consumer groups the source knows and their subscription configs
-  (access rules too, once quorumq brokers have them).
+  expanded, never shrunk, the consumer groups the source knows, their subscription configs, and
+  the ACL 2.0 users and rules (created and updated; deleted only with `acl_deletes`).
+
+Every client signs its calls as the replicator's user of its cluster (Settings' credentials).
 
 The small jobs run on the driver from `foreachBatch` of Spark's `rate` source, so they too get a
 trigger, progress and restart handling from Spark.
@@ -23,10 +25,13 @@ from typing import Any, Callable
 
 from quorumq import limits
 from quorumq.client import Blocking, ClientError, PullConsumer
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core import replicator as plan
+from quorumq.core.auth import Credentials
 from quorumq.core.message_types import TopicMessageType
-from quorumq.core.replicator import OffsetSync, OffsetSyncStore, QueueKey, TopicShape
+from quorumq.core.replicator import Access, AccessChanges, OffsetSync, OffsetSyncStore, QueueKey, TopicShape
 from quorumq.core.subscription import SubscriptionGroup
+from quorumq.protocol.access import access_from_pb, entry_to_pb, user_to_pb
 from quorumq.protocol.configs import group_from_pb, group_to_pb, message_type_from_pb
 from quorumq.replicator import clients
 from quorumq.replicator.datasource import FORMAT
@@ -55,6 +60,9 @@ class Settings:
     heartbeat_interval_s: float = limits.REPLICATOR_HEARTBEAT_INTERVAL_S
     checkpoint_interval_s: float = limits.REPLICATOR_CHECKPOINT_INTERVAL_S
     config_interval_s: float = limits.REPLICATOR_CONFIG_INTERVAL_S
+    source_credentials: Credentials | None = None  # the replicator's user on each side (a Super user
+    target_credentials: Credentials | None = None  # with authorizationEnabled)
+    acl_deletes: bool = False  # the config job deletes the target's users and rules the source lacks
 
     def job_dir(self, job: str) -> Path:
         return self.checkpoint / job
@@ -75,7 +83,8 @@ class Settings:
 def _start(spark: Any, name: str, writer: Any, settings: Settings, interval_s: float) -> Any:
     """Start a job's query, named by job and direction (a session may run both directions)."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)  # FAIR: small jobs never wait behind data
-    direction = f"{clients.cluster_name(settings.source)}->{clients.cluster_name(settings.target)}"
+    direction = (f"{clients.cluster_name(settings.source, settings.source_credentials)}->"
+                 f"{clients.cluster_name(settings.target, settings.target_credentials)}")
     _forget_if_unplanned(settings.job_dir(name))
     return (writer.queryName(f"{name} {direction}").option("checkpointLocation", str(settings.job_dir(name)))
             .trigger(processingTime=f"{interval_s} seconds").start())
@@ -91,21 +100,30 @@ def _forget_if_unplanned(checkpoint: Path) -> None:
         shutil.rmtree(checkpoint)
 
 
+def _signed(options: Any, credentials: Credentials | None) -> Any:
+    """A reader's or writer's options with the user its tasks sign as (datasource.py)."""
+    if credentials is None:
+        return options
+    return options.option("accessKey", credentials.access_key).option("secretKey", credentials.secret_key)
+
+
 def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...], offset_syncs: bool) -> Any:
-    reader = (spark.readStream.format(FORMAT).option("accessPoint", settings.source)
-              .option("topics", ",".join(topics)).option("tagFilters", json.dumps(settings.tag_filters))
-              .option("startingOffsets", settings.starting)
-              .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger)).load())
-    writer = (reader.writeStream.format(FORMAT).option("accessPoint", settings.target)
-              .option("cluster", clients.cluster_name(settings.target)).option("onFailure", settings.on_failure)
-              .option("dedupe", str(settings.dedupe).lower()))
+    reader = _signed(spark.readStream.format(FORMAT).option("accessPoint", settings.source)
+                     .option("topics", ",".join(topics)).option("tagFilters", json.dumps(settings.tag_filters))
+                     .option("startingOffsets", settings.starting)
+                     .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger)),
+                     settings.source_credentials).load()
+    writer = _signed(reader.writeStream.format(FORMAT).option("accessPoint", settings.target)
+                     .option("cluster", clients.cluster_name(settings.target, settings.target_credentials))
+                     .option("onFailure", settings.on_failure).option("dedupe", str(settings.dedupe).lower()),
+                     settings.target_credentials)
     if offset_syncs:
         writer = writer.option("offsetSyncTopic", OFFSET_SYNC_TOPIC).option("metricsPath", str(settings.metrics_path))
     return _start(spark, name, writer, settings, settings.trigger_s)
 
 
 def start_replicate(spark: Any, settings: Settings) -> Any:
-    ensure_system_topic(settings.target, OFFSET_SYNC_TOPIC)
+    ensure_system_topic(settings.target, settings.target_credentials, OFFSET_SYNC_TOPIC)
     return _replicate(spark, settings, "replicate", settings.topics, offset_syncs=True)
 
 
@@ -123,19 +141,24 @@ def _tick(spark: Any, name: str, settings: Settings, interval_s: float, work: Ca
 @dataclass(frozen=True)
 class Masters:
     """The masters of the cluster behind an access point as one look-up found them: each one's
-    address and metadata (topics as the broker holds them, consumer groups, subscription configs),
-    by broker name."""
+    address and metadata (topics as the broker holds them, consumer groups, subscription configs,
+    the users and rules made at run time), by broker name; and the credentials it was asked with."""
 
     access_point: str
+    credentials: Credentials | None
     addresses: dict[str, str]
     metadata: dict[str, Any]
 
+    def admin(self) -> Any:
+        return clients.admin(self.access_point, self.credentials)
 
-def masters(access_point: str) -> Masters:
-    admin = clients.admin(access_point)
-    brokers = admin.brokers(clients.cluster_name(access_point), masters_only=True)
+
+def masters(access_point: str, credentials: Credentials | None) -> Masters:
+    admin = clients.admin(access_point, credentials)
+    brokers = admin.brokers(clients.cluster_name(access_point, credentials), masters_only=True)
     addresses = {broker.broker_name: broker.address for broker in brokers}
-    return Masters(access_point, addresses, {broker: admin.metadata(address) for broker, address in addresses.items()})
+    return Masters(access_point, credentials, addresses,
+                   {broker: admin.metadata(address) for broker, address in addresses.items()})
 
 
 def copy_topics(source: Masters, target: Masters, topics: tuple[str, ...]) -> dict[str, dict[str, TopicShape]]:
@@ -148,9 +171,8 @@ def copy_topics(source: Masters, target: Masters, topics: tuple[str, ...]) -> di
         changes = plan.topic_changes(source_topic, {broker: target_shapes[broker].get(topic)
                                                     for broker in target.addresses})
         for broker, shape in changes.items():
-            clients.admin(target.access_point).update_topic(target.addresses[broker], topic, shape.read_queue_nums,
-                                                            shape.write_queue_nums, shape.perm,
-                                                            shape.message_type.value)
+            target.admin().update_topic(target.addresses[broker], topic, shape.read_queue_nums,
+                                        shape.write_queue_nums, shape.perm, shape.message_type.value)
             log.info("config: %s on %s of the target is now read %d write %d perm %d type %s", topic, broker,
                      shape.read_queue_nums, shape.write_queue_nums, shape.perm, shape.message_type.value)
         if changes:
@@ -179,7 +201,7 @@ def copy_groups(source: Masters, target: Masters) -> dict[str, dict[str, int]]:
                                     for side in (source, target))
     changes = plan.group_changes(source_groups, target_groups)
     for broker, groups in changes.items():
-        clients.admin(target.access_point).add_consumer_groups(target.addresses[broker], groups)
+        target.admin().add_consumer_groups(target.addresses[broker], groups)
         log.info("config: %s of the target now knows the groups %s", broker, ", ".join(groups))
     return changes
 
@@ -194,42 +216,73 @@ def copy_subscriptions(source: Masters, target: Masters) -> dict[str, dict[str, 
     changes = plan.subscription_changes(source_groups, target_groups)
     for broker, groups in changes.items():
         for group in groups.values():
-            clients.admin(target.access_point).update_subscription_group([target.addresses[broker]],
-                                                                         group_to_pb(group))
+            target.admin().update_subscription_group([target.addresses[broker]], group_to_pb(group))
         log.info("config: %s of the target now has the subscription configs of %s", broker, ", ".join(groups))
     return changes
 
 
-def copy_config(source: str, target: str, topics: tuple[str, ...]) \
-        -> tuple[dict[str, dict[str, TopicShape]], dict[str, dict[str, int]], dict[str, dict[str, SubscriptionGroup]]]:
-    """One run of the config job: the topics, then the consumer groups and their subscription
-    configs, from one look-up of each cluster's masters (a topic's change leaves the groups and
-    configs as they were); the changes made. Users and access rules are not copied: quorumq brokers
-    keep none yet (docs/security.md)."""
-    source_masters, target_masters = masters(source), masters(target)
-    return (copy_topics(source_masters, target_masters, topics), copy_groups(source_masters, target_masters),
-            copy_subscriptions(source_masters, target_masters))
+def copy_access(source: Masters, target: Masters, deletes: bool) -> dict[str, AccessChanges]:
+    """Make every master of the target hold the ACL 2.0 users and rules the source's masters made
+    at run time (core.replicator.access_changes; those of a broker's config are not in its metadata
+    and are not copied), deleting what the source lacks only with `deletes`; never the user the
+    replicator signs as on the target. The changes made, by target broker name."""
+    def access(masters: Masters) -> dict[str, Access]:
+        return {broker: Access(*access_from_pb(data.access)) for broker, data in masters.metadata.items()}
+
+    own = (target.credentials.access_key,) if target.credentials else ()
+    changes = plan.access_changes(access(source), access(target), deletes, own)
+    for broker, change in changes.items():
+        at = [target.addresses[broker]]
+        admin = target.admin()
+        for method, users in (("CreateUser", change.create_users), ("UpdateUser", change.update_users)):
+            for user in users:
+                admin.change_access(at, method, user_to_pb(user))
+        for subject, resources in change.delete_entries.items():
+            admin.change_access(at, "DeleteAcl", pb.AclRequest(subject=subject, resources=map(str, resources)))
+        for subject, entries in change.set_rules.items():
+            admin.change_access(at, "CreateAcl", pb.Acl(subject=subject, entries=map(entry_to_pb, entries)))
+        for subject in change.delete_rules:
+            admin.change_access(at, "DeleteAcl", pb.AclRequest(subject=subject))
+        for username in change.delete_users:
+            admin.change_access(at, "DeleteUser", pb.UserRequest(username=username))
+        # Names only: a user's password is never logged.
+        log.info("config: %s of the target: users created %s, updated %s, deleted %s; rules set for %s, "
+                 "deleted for %s, entries deleted for %s", broker, [u.username for u in change.create_users],
+                 [u.username for u in change.update_users], list(change.delete_users), list(change.set_rules),
+                 list(change.delete_rules), list(change.delete_entries))
+    return changes
 
 
-def ensure_system_topic(access_point: str, topic: str) -> None:
+def copy_config(settings: Settings) \
+        -> tuple[dict[str, dict[str, TopicShape]], dict[str, dict[str, int]], dict[str, dict[str, SubscriptionGroup]],
+                 dict[str, AccessChanges]]:
+    """One run of the config job: the topics, then the consumer groups, their subscription configs
+    and the users and rules, from one look-up of each cluster's masters (a topic's change leaves the
+    rest as it was); the changes made."""
+    source, target = (masters(settings.source, settings.source_credentials),
+                      masters(settings.target, settings.target_credentials))
+    return (copy_topics(source, target, settings.topics), copy_groups(source, target),
+            copy_subscriptions(source, target), copy_access(source, target, settings.acl_deletes))
+
+
+def ensure_system_topic(access_point: str, credentials: Credentials | None, topic: str) -> None:
     """A system topic with one queue on every master that lacks it."""
-    found = masters(access_point)
+    found = masters(access_point, credentials)
     for broker, shapes in _topic_shapes(found).items():
         if topic not in shapes:
-            clients.admin(access_point).update_topic(found.addresses[broker], topic, SYSTEM_TOPIC_QUEUES,
-                                                     SYSTEM_TOPIC_QUEUES)
+            found.admin().update_topic(found.addresses[broker], topic, SYSTEM_TOPIC_QUEUES, SYSTEM_TOPIC_QUEUES)
 
 
 def start_config(spark: Any, settings: Settings) -> Any:
-    return _tick(spark, "config", settings, settings.config_interval_s,
-                 lambda: copy_config(settings.source, settings.target, settings.topics))
+    return _tick(spark, "config", settings, settings.config_interval_s, lambda: copy_config(settings))
 
 
 # Heartbeat.
 
 def start_heartbeat(spark: Any, settings: Settings) -> list[Any]:
-    for access_point in (settings.source, settings.target):
-        ensure_system_topic(access_point, HEARTBEAT_TOPIC)
+    for access_point, credentials in ((settings.source, settings.source_credentials),
+                                      (settings.target, settings.target_credentials)):
+        ensure_system_topic(access_point, credentials, HEARTBEAT_TOPIC)
     heartbeat = Heartbeat(settings)
     forward = _replicate(spark, replace(settings, starting="latest", dedupe=False, on_failure="fail"),
                          "heartbeat-forward", (HEARTBEAT_TOPIC,), offset_syncs=False)
@@ -242,7 +295,7 @@ class Heartbeat:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.source_cluster = clients.cluster_name(settings.source)
+        self.source_cluster = clients.cluster_name(settings.source, settings.source_credentials)
         self.sequence = 0
 
     def beat(self) -> None:
@@ -253,12 +306,13 @@ class Heartbeat:
         settings.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(settings.heartbeat_path, json.dumps(status).encode())
         self.sequence += 1
-        clients.send_json(settings.source, HEARTBEAT_TOPIC,
-                          {"source": self.source_cluster, "target": clients.cluster_name(settings.target),
+        clients.send_json(settings.source, settings.source_credentials, HEARTBEAT_TOPIC,
+                          {"source": self.source_cluster,
+                           "target": clients.cluster_name(settings.target, settings.target_credentials),
                            "seq": self.sequence, "sentAt": clients.clock().now_ms()}, f"heartbeat-{self.sequence}")
 
     def _latest_arrival(self) -> dict:
-        consumer = clients.consumer(self.settings.target)
+        consumer = clients.consumer(self.settings.target, self.settings.target_credentials)
         end = consumer.query_offset(HEARTBEAT_TOPIC, 0, "END")
         offset = max(0, end - limits.REPLICATOR_PULL_BATCH)
         messages = consumer.pull(HEARTBEAT_TOPIC, 0, offset, limits.REPLICATOR_PULL_BATCH).messages if end else []
@@ -285,13 +339,13 @@ class GroupTranslator:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.source_cluster = clients.cluster_name(settings.source)
+        self.source_cluster = clients.cluster_name(settings.source, settings.source_credentials)
         self.syncs = OffsetSyncStore()
         self.destinations: dict[QueueKey, tuple[str, int]] = {}  # source queue -> target (broker, queue id)
         self.position = 0  # in the offset-sync topic's queue 0 on the target
 
     def read_syncs(self) -> None:
-        consumer = clients.consumer(self.settings.target)
+        consumer = clients.consumer(self.settings.target, self.settings.target_credentials)
         while True:
             result = consumer.pull(OFFSET_SYNC_TOPIC, 0, self.position, limits.REPLICATOR_PULL_BATCH)
             for message in result.messages:
@@ -316,7 +370,8 @@ class GroupTranslator:
         except ClientError as error:
             if error.name != "TOPIC_NOT_FOUND":  # nothing replicated yet
                 raise
-        target_admin, target_cluster = clients.admin(self.settings.target), clients.cluster_name(self.settings.target)
+        target, credentials = self.settings.target, self.settings.target_credentials
+        target_admin, target_cluster = clients.admin(target, credentials), clients.cluster_name(target, credentials)
         live = {group: {broker.broker_name: broker.live_consumers
                         for broker in target_admin.consumer_connections(group, target_cluster)}
                 for group in self.settings.groups}
@@ -331,11 +386,13 @@ class GroupTranslator:
         return moved
 
     def _translate_group(self, group: str) -> dict[QueueKey, int]:
-        source_admin = clients.admin(self.settings.source)
+        settings = self.settings
+        source_admin = clients.admin(settings.source, settings.source_credentials)
+        source_cluster = clients.cluster_name(settings.source, settings.source_credentials)
         committed = {}
-        with Blocking(PullConsumer, self.settings.target, group) as target:
-            for topic in self.settings.topics:
-                for broker in source_admin.consumer_progress(group, topic, clients.cluster_name(self.settings.source)):
+        with Blocking(PullConsumer, settings.target, group, credentials=settings.target_credentials) as target:
+            for topic in settings.topics:
+                for broker in source_admin.consumer_progress(group, topic, source_cluster):
                     for queue in broker.queues:
                         key = QueueKey(topic, broker.broker_name, queue.queue_id)
                         if queue.consumer_offset < 0 or key not in self.destinations:

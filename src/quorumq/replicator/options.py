@@ -2,10 +2,12 @@
 spark-submit entry (replicator/app.py): one parser, one way to turn arguments into Settings."""
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from quorumq import limits
+from quorumq.core.auth import Credentials, credentials_of
 from quorumq.core.replicator import parse_checkpoint, parse_failure_policy
 from quorumq.errors import QuorumqError
 
@@ -13,6 +15,11 @@ if TYPE_CHECKING:  # jobs loads the client and Spark's types: only the driver ne
     from quorumq.replicator.jobs import Settings
 
 T = TypeVar("T")
+
+# The replicator's user on each cluster, when not on the command line (which ps shows).
+SIDES = ("source", "target")
+ACCESS_KEY_ENV = {side: f"QUORUMQ_{side.upper()}_ACCESS_KEY" for side in SIDES}
+SECRET_KEY_ENV = {side: f"QUORUMQ_{side.upper()}_SECRET_KEY" for side in SIDES}
 
 
 def topic_and_tags(text: str) -> tuple[str, str]:
@@ -70,10 +77,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config-seconds", type=float, default=limits.REPLICATOR_CONFIG_INTERVAL_S)
     parser.add_argument("--metrics", default="", metavar="HOST:PORT",
                         help="serve the driver's Prometheus metrics at http://HOST:PORT/metrics (default off)")
+    for side, cluster in zip(SIDES, ("primary", "standby")):
+        parser.add_argument(f"--{side}-ak", default="", metavar="ACCESS_KEY",
+                            help=f"sign every call to the {cluster} cluster as this user, a Super user with "
+                                 f"authorizationEnabled (default: ${ACCESS_KEY_ENV[side]})")
+        parser.add_argument(f"--{side}-sk", default="", metavar="SECRET_KEY",
+                            help=f"that user's secret key (default: ${SECRET_KEY_ENV[side]}; ps shows arguments, "
+                                 f"not the environment)")
+    parser.add_argument("--sync-acl-deletes", action="store_true",
+                        help="the config job also deletes the standby's users and rules that the primary lacks "
+                             "(default: it only creates and updates them)")
+
+
+def credentials(args: argparse.Namespace, side: str) -> Credentials | None:
+    """The replicator's user on one side: its options, each else from the environment."""
+    return credentials_of(getattr(args, f"{side}_ak") or os.environ.get(ACCESS_KEY_ENV[side], ""),
+                          getattr(args, f"{side}_sk") or os.environ.get(SECRET_KEY_ENV[side], ""),
+                          f"--{side}-ak and --{side}-sk, or {ACCESS_KEY_ENV[side]} and {SECRET_KEY_ENV[side]}")
 
 
 def settings(args: argparse.Namespace) -> "Settings":
-    """The Settings the parsed options name."""
+    """The Settings the parsed options name; BAD_REQUEST for an access key without its secret key
+    or the other way round."""
     from quorumq.replicator.jobs import Settings
 
     topics = dict(args.topics)
@@ -83,4 +108,5 @@ def settings(args: argparse.Namespace) -> "Settings":
         dedupe=args.dedupe, starting=args.starting, groups=tuple(args.groups),
         max_records_per_trigger=args.max_records_per_trigger, trigger_s=args.trigger_seconds,
         heartbeat_interval_s=args.heartbeat_seconds, checkpoint_interval_s=args.checkpoint_seconds,
-        config_interval_s=args.config_seconds)
+        config_interval_s=args.config_seconds, source_credentials=credentials(args, "source"),
+        target_credentials=credentials(args, "target"), acl_deletes=args.sync_acl_deletes)
