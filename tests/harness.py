@@ -514,6 +514,49 @@ def simple_consumer(client_config, group, topic, expression="*", await_duration=
     return consumer
 
 
+# The official client in a process of its own: grpc reads GRPC_DEFAULT_SSL_ROOTS_FILE_PATH once.
+_OFFICIAL_TLS_CLIENT = """
+import json, sys, time
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+access_point, topic, count, group, ak, sk = sys.argv[1:7]
+config = ClientConfiguration(access_point, Credentials(ak, sk), request_timeout=5)
+consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=2, tls_enable=True)
+producer = Producer(config, (topic,), tls_enable=True)
+consumer.startup()
+producer.startup()
+try:
+    consumer.receive(16, 30)  # the group's first receive fixes its start position
+    sent = []
+    for index in range(int(count)):
+        message = Message()
+        message.topic, message.body = topic, f"over tls {index}".encode()
+        sent.append(producer.send(message).message_id)
+    received = []
+    deadline = time.monotonic() + 30
+    while len(received) < len(sent) and time.monotonic() < deadline:
+        for got in consumer.receive(16, 30):
+            consumer.ack(got)
+            received.append(got.message_id)
+    print(json.dumps([sent, received]))
+finally:
+    producer.shutdown()
+    consumer.shutdown()
+"""
+
+
+def official_round_trip_over_tls(cluster: dict, topic: str, count: int, group: str = "TlsGroup",
+                                 credentials: tuple[str, str] = ("", "")) -> tuple[list[str], list[str]]:
+    """The official Python client, over TLS trusting the cluster's CA and signing with
+    `credentials` (access key, secret key), sends `count` messages to the topic and receives them
+    in the group: the ids sent and received."""
+    environment = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": cluster["ca"]}
+    done = subprocess.run([sys.executable, "-c", _OFFICIAL_TLS_CLIENT, cluster["access_point"], topic, str(count),
+                           group, *credentials], env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sent, received = json.loads(done.stdout.splitlines()[-1])
+    return sent, received
+
+
 def receive_all(consumer, expected: int, invisible_s: int = 30, timeout_s: float = 20.0) -> list:
     received = []
     deadline = time.monotonic() + timeout_s

@@ -1,8 +1,10 @@
 """Authorization (ACL 2.0, docs/security.md): users and rules made with `quorumq admin` on a
-master-slave cluster with authenticationEnabled and authorizationEnabled. A Normal user does what
-its rules allow through the official Python client and nothing else; a refused call is answered
-with the v5 FORBIDDEN (40300) or the catalogue's NO_PERMISSION, stores and changes nothing, and the
-servers serve on. The slave copies users and rules; the name server learns them from the masters."""
+master-slave cluster with authenticationEnabled, authorizationEnabled and TLS on every port. A
+Normal user does what its rules allow through the official Python client and nothing else; a
+refused call is answered with the v5 FORBIDDEN (40300) or the catalogue's NO_PERMISSION, stores and
+changes nothing, and the servers serve on. The slave copies users and rules; the name server learns
+them from the masters. In controller mode (plaintext) a user survives a failover, and the
+controllers refuse what only members or Super users may do."""
 
 import json
 import stat
@@ -13,13 +15,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from rocketmq.v5.util.signature import Signature
 
-from harness import LocalCluster, check_for, cli, official_message, receive_all, started_producer, v5_message
+from harness import LocalCluster, check_for, cli, official_round_trip_over_tls, v5_message
+from quorumq import tls
 from quorumq.client import AdminClient, Blocking
 from quorumq.client import Credentials as QuorumqCredentials
 from quorumq.cluster import cluster_pb2 as pb
@@ -30,7 +32,7 @@ from quorumq.grpc_errors import sent_error
 ROOT, ROOT_SECRET = "root", "root-secret-7"
 INNER = QuorumqCredentials("inner", "inner-secret-9")
 FORBIDDEN = v5.Code.FORBIDDEN  # 40300
-NO_PERMISSION = 302  # the catalogue's entry
+NO_PERMISSION, UNAUTHENTICATED = 302, 304  # the catalogue's entries
 SETS = {"authenticationEnabled": "true", "authorizationEnabled": "true",
         "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}',
         "innerClientAuthenticationCredentials": f'{{"accessKey": "{INNER.access_key}", '
@@ -39,11 +41,21 @@ SETS = {"authenticationEnabled": "true", "authorizationEnabled": "true",
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory) -> dict:
-    cluster = LocalCluster(tmp_path_factory.mktemp("authorization"), replicas=2, sets=SETS)
+    cluster = LocalCluster(tmp_path_factory.mktemp("authorization"), replicas=2, sets=SETS, tls=True)
     try:
-        yield cluster.start()
+        info = cluster.start()
+        with pytest.MonkeyPatch.context() as environment:  # quorumq's clients here and in `cli` trust the CA
+            environment.setenv(tls.CA_VARIABLE, info["ca"])
+            yield info
     finally:
         cluster.stop()
+
+
+def channel(cluster: dict, address: str) -> grpc.Channel:
+    """To a process of the cluster: over TLS trusting its CA when it has one."""
+    if "ca" not in cluster:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(Path(cluster["ca"]).read_bytes()))
 
 
 def broker(cluster: dict, role: str) -> dict:
@@ -92,24 +104,18 @@ def stored(cluster: dict, topic: str) -> int:
 
 
 def test_a_normal_user_does_what_its_rules_allow(secured, user):
-    """The official client as the user sends to TA and receives it in its group; the name server
-    answers its route queries (it learnt the user from the master's registration)."""
-    config = ClientConfiguration(secured["access_point"], Credentials(user["name"], user["password"]),
-                                 request_timeout=5)
-    producer = started_producer(config)
-    consumer = SimpleConsumer(config, user["group"], {user["TA"]: FilterExpression("*")}, await_duration=2)
-    consumer.startup()
-    try:
-        sent = {producer.send(official_message(user["TA"], f"m{i}".encode())).message_id for i in range(5)}
-        received = receive_all(consumer, 5)
-        assert {message.message_id for message in received} == sent
-        for message in received:
-            consumer.ack(message)
-        with pytest.raises(Exception, match="route"):  # no rule for TC: not even its route
-            producer.send(official_message(user["TC"], b"refused"))
-    finally:
-        consumer.shutdown()
-        producer.shutdown()
+    """The official client as the user, over TLS, sends to TA and receives it in its group; the
+    name server answers its route queries (it learnt the user from the master's registration),
+    but not TC's, on which no rule gives it Pub or Sub."""
+    sent, received = official_round_trip_over_tls(secured, user["TA"], 5, user["group"],
+                                                  (user["name"], user["password"]))
+    assert len(sent) == 5 and sorted(received) == sorted(sent)
+    with channel(secured, secured["access_point"]) as namesrv:
+        routes = v5_grpc.MessagingServiceStub(namesrv)
+        for topic, code in ((user["TA"], v5.Code.OK), (user["TB"], v5.Code.OK), (user["TC"], FORBIDDEN)):
+            route = routes.QueryRoute(v5s.QueryRouteRequest(topic=v5.Resource(name=topic)),
+                                      metadata=headers(user["name"], user["password"]), timeout=5)
+            assert route.status.code == code, (topic, route.status)
     assert stored(secured, user["TA"]) == 5 and stored(secured, user["TC"]) == 0
 
 
@@ -117,8 +123,8 @@ def test_each_denied_v5_call_answers_forbidden(secured, user):
     """Raw v5 calls signed by the user, on the master: a send to TB (Sub only), a receive of TA in
     another group, an ack in it: 40300, nothing stored; the user's allowed send is served after."""
     signed = headers(user["name"], user["password"])
-    with grpc.insecure_channel(broker(secured, "master")["address"]) as channel:
-        stub = v5_grpc.MessagingServiceStub(channel)
+    with channel(secured, broker(secured, "master")["address"]) as master:
+        stub = v5_grpc.MessagingServiceStub(master)
         sent = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(user["TB"], b"x")]),
                                 metadata=signed, timeout=5)
         assert sent.status.code == FORBIDDEN and not sent.entries, sent.status
@@ -137,16 +143,22 @@ def test_each_denied_v5_call_answers_forbidden(secured, user):
         assert served.status.code == v5.Code.OK, served.status
 
 
-def refused(address: str, service: str, method: str, request, credentials: QuorumqCredentials) -> str:
+def refused(cluster: dict, address: str, service: str, method: str, request, credentials: QuorumqCredentials) -> str:
     """The call, signed as quorumq's client signs it, refused with NO_PERMISSION; its detail."""
+    return refusal(cluster, address, service, method, request, credentials, grpc.StatusCode.PERMISSION_DENIED,
+                   NO_PERMISSION)
+
+
+def refusal(cluster: dict, address: str, service: str, method: str, request, credentials: QuorumqCredentials,
+            status: grpc.StatusCode, code: int) -> str:
     full_name = f"/{pb.DESCRIPTOR.services_by_name[service].full_name}/{method}"
     metadata = sign(credentials, full_name, request.SerializeToString(), time.time_ns() // 1_000_000,
                     uuid.uuid4().hex)
-    with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as caught:
-        getattr(getattr(pb_grpc, f"{service}Stub")(channel), method)(request, metadata=metadata, timeout=5)
-    assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED, caught.value
+    with channel(cluster, address) as opened, pytest.raises(grpc.RpcError) as caught:
+        getattr(getattr(pb_grpc, f"{service}Stub")(opened), method)(request, metadata=metadata, timeout=5)
+    assert caught.value.code() is status, caught.value
     error = sent_error(caught.value.trailing_metadata())
-    assert error is not None and error.code == NO_PERMISSION, error
+    assert error is not None and error.code == code, error
     return error.detail
 
 
@@ -169,15 +181,16 @@ def test_a_normal_user_is_refused_every_admin_and_member_call(secured, user):
                 pb.AclEntry(resource="*", actions=["All"], decision="Allow")])),
             ("GetMetadata", pb.MetadataRequest()),
             ("GetAccess", pb.Empty())]:
-        refused(master, "BrokerAdmin", method, request, credentials)
-    assert "Super" in refused(master, "BrokerAdmin", "UpdateBrokerConfig",
+        refused(secured, master, "BrokerAdmin", method, request, credentials)
+    assert "Super" in refused(secured, master, "BrokerAdmin", "UpdateBrokerConfig",
                               pb.ConfigUpdate(key="maxMessageSize", value="1"), credentials)
-    assert "Pub" in refused(master, "MessageWriter", "SendBatch",
+    assert "Pub" in refused(secured, master, "MessageWriter", "SendBatch",
                             pb.SendBatchRequest(topic=user["TB"], queue_id=0, count=1, records=b"x"), credentials)
     registration = pb.BrokerRegistration(cluster=secured["cluster"], broker_name="broker-a", broker_id=0,
                                          address="127.0.0.1:1", role="SYNC_MASTER")
     for method in ("RegisterBroker", "UnregisterBroker"):
-        assert "cluster members" in refused(secured["access_point"], "NameServer", method, registration, credentials)
+        assert "cluster members" in refused(secured, secured["access_point"], "NameServer", method, registration,
+                                            credentials)
     with Blocking(AdminClient, secured["access_point"], credentials=INNER) as client:
         assert client.broker_config(master) == before
         assert client.route(user["TA"]).brokers[0].addresses[0] == master
@@ -190,8 +203,8 @@ def test_a_deny_wins_and_deleted_rules_deny(secured, user):
     subject, signed = f"User:{user['name']}", lambda: headers(user["name"], user["password"])
 
     def send_code() -> int:
-        with grpc.insecure_channel(broker(secured, "master")["address"]) as channel:
-            return v5_grpc.MessagingServiceStub(channel).SendMessage(
+        with channel(secured, broker(secured, "master")["address"]) as master:
+            return v5_grpc.MessagingServiceStub(master).SendMessage(
                 v5s.SendMessageRequest(messages=[v5_message(user["TA"], b"z")]), metadata=signed(), timeout=5
             ).status.code
 
@@ -231,8 +244,8 @@ def test_users_and_rules_listed_disabled_copied_by_the_slave(secured, user):
         assert stat.S_IMODE(mode) == 0o600, oct(mode)
 
     ok(admin(secured, "updateUser", "-u", name, "-s", "disable", "-c", cluster))
-    with grpc.insecure_channel(broker(secured, "master")["address"]) as channel:
-        sent = v5_grpc.MessagingServiceStub(channel).SendMessage(
+    with channel(secured, broker(secured, "master")["address"]) as master:
+        sent = v5_grpc.MessagingServiceStub(master).SendMessage(
             v5s.SendMessageRequest(messages=[v5_message(user["TA"], b"x")]),
             metadata=headers(name, user["password"]), timeout=5)
     assert sent.status.code == v5.Code.UNAUTHORIZED and "disabled" in sent.status.message
@@ -240,12 +253,15 @@ def test_users_and_rules_listed_disabled_copied_by_the_slave(secured, user):
     assert name not in ok(admin(secured, "listUser", "-c", cluster))
 
 
-def test_a_user_and_its_rules_survive_a_failover(tmp_path_factory):
+def test_a_user_and_its_rules_survive_a_failover(tmp_path_factory, monkeypatch):
     """Controller mode with allAckInSyncStateSet: createUser and createAcl are answered once every
     SyncStateSet member holds them, so with the master killed at once after, the new master
-    authenticates the user and applies its rules."""
+    authenticates the user and applies its rules. The controllers know the config's users alone:
+    the user made at run time is refused an election as unauthenticated, and the init user (a
+    Super user, not a member) a member's SyncStateSet change and registration."""
     from controller_group import started_group
 
+    monkeypatch.delenv(tls.CA_VARIABLE, raising=False)  # this group is plaintext, unlike the module's cluster
     with started_group(tmp_path_factory.mktemp("acl-failover"), controllers=1, sets=SETS, credentials=INNER) as group:
         group.wait_in_sync()
         master = group.master()
@@ -266,3 +282,15 @@ def test_a_user_and_its_rules_survive_a_failover(tmp_path_factory):
             other = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(f"{topic}x", b"no")]),
                                      metadata=headers(name, password), timeout=5)
             assert other.status.code == FORBIDDEN, other.status
+        controller, cluster = group.controllers[0]["address"], group.cluster
+        election = pb.ElectMasterRequest(cluster=cluster["cluster"], broker_name="broker-a",
+                                         broker_id=master["broker_id"], designated=True)
+        refusal(cluster, controller, "Controller", "ElectMaster", election, QuorumqCredentials(name, password),
+                grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED)
+        root = QuorumqCredentials(ROOT, ROOT_SECRET)
+        for method, request in (("AlterSyncStateSet", pb.AlterSyncStateSetRequest(cluster=cluster["cluster"],
+                                                                                   broker_name="broker-a")),
+                                ("RegisterBroker", pb.RegisterBrokerRequest(cluster=cluster["cluster"],
+                                                                            broker_name="broker-a"))):
+            assert "cluster members" in refused(cluster, controller, "Controller", method, request, root)
+        assert group.master()["address"] == elected["address"]

@@ -4,19 +4,15 @@ served on, and the official Python client, with GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
 cluster.json's CA, sends and receives while the slave copies what it sent over the TLS replication
 stream."""
 
-import json
-import os
 import socket
 import ssl
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import grpc
 import pytest
 
-from harness import LocalCluster, check_for, process_of
+from harness import LocalCluster, check_for, official_round_trip_over_tls, process_of
 from quorumq import tls
 from quorumq.client import AdminClient, Blocking
 from quorumq.config import read_properties
@@ -26,36 +22,6 @@ MESSAGES = 10
 TLS_ALERT = 0x15  # the record type of a TLS alert, the most a refused plaintext peer may read
 # A method no server has: a served call fails UNIMPLEMENTED, one that never reached the server UNAVAILABLE.
 NO_METHOD = "/quorumq.test.Nothing/Nothing"
-# The official client in a process of its own: grpc reads GRPC_DEFAULT_SSL_ROOTS_FILE_PATH once.
-OFFICIAL_CLIENT = """
-import json, sys, time
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
-access_point, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-config = ClientConfiguration(access_point, Credentials(), request_timeout=5)
-consumer = SimpleConsumer(config, "TlsGroup", {topic: FilterExpression("*")}, await_duration=2, tls_enable=True)
-producer = Producer(config, (topic,), tls_enable=True)
-consumer.startup()
-producer.startup()
-try:
-    consumer.receive(16, 30)  # the group's first receive fixes its start position
-    sent = []
-    for index in range(count):
-        message = Message()
-        message.topic, message.body = topic, f"over tls {index}".encode()
-        sent.append(producer.send(message).message_id)
-    received = []
-    deadline = time.monotonic() + 30
-    while len(received) < count and time.monotonic() < deadline:
-        for got in consumer.receive(16, 30):
-            consumer.ack(got)
-            received.append(got.message_id)
-    print(json.dumps([sent, received]))
-finally:
-    producer.shutdown()
-    consumer.shutdown()
-"""
-
-
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("tls"), replicas=2, controllers=1, tls=True)
@@ -113,11 +79,7 @@ def test_a_plaintext_replication_connection_gets_no_byte_of_the_log(tls_cluster)
 
 def test_the_official_client_sends_and_receives_over_tls_and_the_slave_copies(tls_cluster):
     topic = f"Tls{uuid.uuid4().hex[:8]}"
-    environment = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": tls_cluster["ca"]}
-    done = subprocess.run([sys.executable, "-c", OFFICIAL_CLIENT, tls_cluster["access_point"], topic, str(MESSAGES)],
-                          env=environment, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    sent, received = json.loads(done.stdout.splitlines()[-1])
+    sent, received = official_round_trip_over_tls(tls_cluster, topic, MESSAGES)
     assert len(sent) == MESSAGES and sorted(received) == sorted(sent)
     master, slave = broker(tls_cluster, "master"), broker(tls_cluster, "slave")
     end = int(status(tls_cluster, master)["commitLogMaxOffset"])
