@@ -120,9 +120,13 @@ def test_a_normal_user_does_what_its_rules_allow(secured, user):
 
 
 def test_each_denied_v5_call_answers_forbidden(secured, user):
-    """Raw v5 calls signed by the user, on the master: a send to TB (Sub only), a receive of TA in
-    another group, an ack in it: 40300, nothing stored; the user's allowed send is served after."""
+    """Raw v5 calls signed by the user, on the master: a send to TB (Sub only), a send to TA in a
+    namespace (stored as NS%TA, which no rule names), a receive of TA in another group, an ack in
+    it, a Telemetry stream publishing TC or reading in another group: 40300, nothing stored, no
+    session; the user's allowed send and settings are served after."""
     signed = headers(user["name"], user["password"])
+    namespaced = f"NS%{user['TA']}"
+    ok(admin(secured, "updateTopic", "-t", namespaced, "-c", secured["cluster"], "-r", "1", "-w", "1"))
     with channel(secured, broker(secured, "master")["address"]) as master:
         stub = v5_grpc.MessagingServiceStub(master)
         sent = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(user["TB"], b"x")]),
@@ -137,10 +141,29 @@ def test_each_denied_v5_call_answers_forbidden(secured, user):
         acked = stub.AckMessage(v5s.AckMessageRequest(group=v5.Resource(name="GOther"),
                                                       topic=v5.Resource(name=user["TA"])), metadata=signed, timeout=5)
         assert acked.status.code == FORBIDDEN
-        assert stored(secured, user["TB"]) == 0
+        in_namespace = v5_message(user["TA"], b"n")
+        in_namespace.topic.resource_namespace = "NS"
+        sent = stub.SendMessage(v5s.SendMessageRequest(messages=[in_namespace]), metadata=signed, timeout=5)
+        assert sent.status.code == FORBIDDEN and namespaced in sent.status.message, sent.status
+        assert stored(secured, user["TB"]) == 0 and stored(secured, namespaced) == 0
         served = stub.SendMessage(v5s.SendMessageRequest(messages=[v5_message(user["TA"], b"y")]),
                                   metadata=signed, timeout=5)
         assert served.status.code == v5.Code.OK, served.status
+
+        def telemetry(settings: v5.Settings) -> int:
+            """The status of the answer to one settings command on a stream of its own."""
+            answers = stub.Telemetry(iter([v5s.TelemetryCommand(settings=settings)]), metadata=signed, timeout=5)
+            return next(answers).status.code
+
+        publisher = v5.Settings(client_type=v5.ClientType.PRODUCER,
+                                publishing=v5.Publishing(topics=[v5.Resource(name=user["TC"])]))
+        reader = v5.Settings(client_type=v5.ClientType.SIMPLE_CONSUMER, subscription=v5.Subscription(
+            group=v5.Resource(name="GOther"), subscriptions=[v5.SubscriptionEntry(
+                topic=v5.Resource(name=user["TA"]), expression=v5.FilterExpression(expression="*"))]))
+        assert telemetry(publisher) == FORBIDDEN and telemetry(reader) == FORBIDDEN
+        publisher.publishing.topics[0].name = user["TA"]
+        reader.subscription.group.name = user["group"]
+        assert telemetry(publisher) == v5.Code.OK and telemetry(reader) == v5.Code.OK
 
 
 def refused(cluster: dict, address: str, service: str, method: str, request, credentials: QuorumqCredentials) -> str:

@@ -174,3 +174,29 @@ def test_the_slave_replicates_what_the_master_stores(secured, topic):
     with Blocking(AdminClient, secured["access_point"], credentials=INNER) as admin:
         check_for(20, 0.2, lambda: sum(q.max_offset for q in admin.queue_progress(slave, "G", topic).queues) == 4,
                   "the slave holds the topic's 4 messages")
+
+
+def test_without_authorization_a_normal_user_still_cannot_touch_users(secured):
+    """authorizationEnabled off: a Normal user may change topics, but reading or changing users and
+    rules (which would let it read passwords or make itself Super) needs a Super user whenever
+    authentication is on."""
+    from quorumq.core.cluster_auth import sign
+
+    master = broker(secured, "master")
+    with Blocking(AdminClient, secured["access_point"], credentials=INNER) as admin:
+        admin.change_access([master], "CreateUser", pb.AuthUser(username="norm", password="norm-secret"))
+    normal = Credentials("norm", "norm-secret")
+    with Blocking(AdminClient, secured["access_point"], credentials=normal) as admin:
+        admin.update_topic(master, f"T{uuid.uuid4().hex[:8]}", 1, 1)  # everything else: authorization is off
+    with grpc.insecure_channel(master) as channel:
+        stub = pb_grpc.BrokerAdminStub(channel)
+        for method, request in (("CreateUser", pb.AuthUser(username="mallory", password="x", user_type="Super")),
+                                ("UpdateUser", pb.AuthUser(username="norm", user_type="Super")),
+                                ("GetAccess", pb.Empty()), ("GetMetadata", pb.MetadataRequest())):
+            metadata = sign(normal, f"/quorumq.cluster.BrokerAdmin/{method}", request.SerializeToString(),
+                            time.time_ns() // 1_000_000, uuid.uuid4().hex)
+            with pytest.raises(grpc.RpcError) as caught:
+                getattr(stub, method)(request, metadata=metadata, timeout=5)
+            assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED, (method, caught.value)
+    with Blocking(AdminClient, secured["access_point"], credentials=INNER) as admin:
+        assert [(u.username, u.user_type) for u in admin.access(master).users] == [("norm", "Normal")]

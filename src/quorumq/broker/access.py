@@ -103,9 +103,9 @@ class Access:
         """createAcl and updateAcl: each entry replaces the subject's for its resource pattern."""
         subject = acl.parse_subject(message.subject)
         self._existing(subject[len(acl.SUBJECT_PREFIX):])
-        entries = acl.merged(self._rules.get(subject) or (), entries_from_pb(message.entries))
         if not message.entries:
             raise QuorumqError(Error.BAD_REQUEST, "a rule needs at least one entry: a resource, actions, a decision")
+        entries = acl.merged(self._rules.get(subject) or (), entries_from_pb(message.entries))
         if len(entries) > limits.ACL_ENTRIES_PER_SUBJECT_MAX:
             raise QuorumqError(Error.TOO_MANY_REQUESTS, f"{subject} would have {len(entries)} entries, at most "
                                                         f"{limits.ACL_ENTRIES_PER_SUBJECT_MAX}")

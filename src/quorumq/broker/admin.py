@@ -171,8 +171,10 @@ class BrokerAdminService(pb_grpc.BrokerAdminServicer):
     # ACL 2.0 (the Super users' alone: protocol/permissions.py).
 
     async def _access_changed(self, change: Awaitable[None]) -> pb.Empty:
-        await change
-        await self.publish_topics()  # the name servers authenticate v5 clients with the broker's users
+        try:
+            await change
+        finally:  # made, even when a slave did not confirm it: the name servers check v5 clients with it
+            await self.publish_topics()
         return pb.Empty()
 
     @aborts_on_error

@@ -28,6 +28,7 @@ from quorumq.core.timers import encode_recall_handle
 from quorumq.core.transactions import Decision, encode_transaction_id
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.authentication import check_settings
 from quorumq.protocol.v5 import (
     NO_NEW_MESSAGE,
     OK,
@@ -183,6 +184,7 @@ class MessagingService(UnservedMessagingService):
                 if not command.HasField("settings"):
                     continue
                 try:
+                    check_settings(command.settings)  # authorization: Pub on what it publishes, Sub on what it reads
                     reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
                 except Exception as exc:
                     reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))

@@ -2,6 +2,7 @@
 QueryRoute so a RocketMQ client's access point can be the name server."""
 
 import asyncio
+import dataclasses
 import logging
 import re
 
@@ -14,6 +15,7 @@ from quorumq.client.routes import open_channel
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.auth import UserType
 from quorumq.core.message_rules import check_name, quoted
 from quorumq.core.timers import decode_recall_handle
 from quorumq.errors import Error, QuorumqError
@@ -53,8 +55,9 @@ class NameServerService(pb_grpc.NameServerServicer):
     @property
     def principals(self) -> Principals:
         """Who may call: the config's users, and the users and rules the masters registered (the
-        name server checks v5 clients' route queries with them). Where masters disagree (a change
-        that reached some of them), the one heard from last wins."""
+        name server checks v5 clients' route queries with them), of every cluster it serves, each a
+        Normal user here: a Super user of one cluster is not one of the others. Where masters
+        disagree (a change that reached some of them), the one heard from last wins."""
         if self._principals_at != self.registry.changes:
             users, rules = {}, {}
             masters = sorted((entry for entry in self.registry.brokers.values()
@@ -65,7 +68,8 @@ class NameServerService(pb_grpc.NameServerServicer):
                 except QuorumqError as error:  # a member's, so never seen: skipped, the others serve
                     log.warning("users and rules of %s not taken: %s", entry.registration.address, error)
                     continue
-                users.update(registered_users)
+                users.update({name: dataclasses.replace(user, user_type=UserType.NORMAL)
+                              for name, user in registered_users.items()})
                 rules.update(registered_rules)
             configured = self._configured
             self._principals = Principals({**users, **configured.users}, rules, configured.inner_access_key)

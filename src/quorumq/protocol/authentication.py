@@ -38,7 +38,7 @@ from quorumq.errors import QuorumqError
 from quorumq.grpc_errors import abort
 from quorumq.listen import HandlerWrapper, guarded
 from quorumq.protocol.access import Principals
-from quorumq.protocol.permissions import ANYONE, MEMBER, SUPER, permission
+from quorumq.protocol.permissions import ANYONE, MEMBER, SUPER, USERS, permission, settings_needs
 from quorumq.protocol.v5 import error_status
 
 log = logging.getLogger("quorumq.authentication")
@@ -49,6 +49,19 @@ _METHODS = {f"/{_SERVICE.full_name}/{method.name}": method for method in _SERVIC
 # The user a call was signed by, from its authentication to its authorization (one gRPC call runs
 # in one task, whose context this is).
 _CALLER: contextvars.ContextVar[User] = contextvars.ContextVar("caller")
+_TELEMETRY = f"/{_SERVICE.full_name}/Telemetry"
+# A Telemetry stream's check of each settings command it carries (check_settings), set as the
+# stream opens with authorizationEnabled.
+_SETTINGS_CHECK: contextvars.ContextVar[Callable[[object], None]] = contextvars.ContextVar("settings_check")
+
+
+def check_settings(settings) -> None:
+    """Raises NO_PERMISSION when this Telemetry stream's user may not use `settings` (a v5
+    Settings: the topics it publishes, the group and topics it subscribes); with authorization
+    off, nothing."""
+    check = _SETTINGS_CHECK.get(None)
+    if check is not None:
+        check(settings)
 
 
 def caller_ip(context: grpc.aio.ServicerContext) -> str:
@@ -78,7 +91,7 @@ class _Checks:
             if user.username != self.principals().inner_access_key:
                 raise forbidden(f"{method} is for cluster members (innerClientAuthenticationCredentials), "
                                 f"not user {user.username!r}")
-        elif self.authorization and needed == SUPER and user.user_type is not UserType.SUPER:
+        elif (needed == USERS or self.authorization and needed == SUPER) and user.user_type is not UserType.SUPER:
             raise forbidden(f"{method} needs a Super user, not {user.username!r}")
 
 
@@ -159,10 +172,12 @@ class AccessRules(HandlerWrapper):
         self._cluster = cluster  # what Cluster resources of this server's calls are named
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler | None:
+        if method == _TELEMETRY:
+            return guarded(handler, self._settings_checked)
         needs = permission(method)
-        if needs in (MEMBER, SUPER, ANYONE) or handler.request_streaming:
+        if needs in (MEMBER, USERS, SUPER, ANYONE):
             return None
-        assert callable(needs)
+        assert callable(needs) and not handler.request_streaming, f"{method}: a stream of requests has no one request"
         v5_method = _METHODS.get(method)
 
         async def check(request, context: grpc.aio.ServicerContext) -> object | None:
@@ -175,6 +190,18 @@ class AccessRules(HandlerWrapper):
                 await abort(context, refused)
             return None
         return guarded(handler, check)
+
+    async def _settings_checked(self, request_iterator, context: grpc.aio.ServicerContext) -> None:
+        """A Telemetry stream opens: its settings commands are checked as they come (check_settings)."""
+        user, address, peer = _CALLER.get(), caller_ip(context), context.peer()
+
+        def check(settings) -> None:
+            try:
+                authorize(user, self._principals().rules, settings_needs(settings), address)
+            except QuorumqError as refused:
+                log.warning("Telemetry settings from %s refused: %s", peer, refused)
+                raise
+        _SETTINGS_CHECK.set(check)
 
 
 @dataclass(frozen=True)
