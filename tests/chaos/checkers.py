@@ -1,6 +1,7 @@
 """The checkers of the reliability spec (C1 to C8, C10, C11 for W4's topics, C12 for W6's FIFO
-consumption, C13 and C14 for W7's timers and transactions) over a run's history and the final
-read of every replica after healing. Pure: they read what they are given and judge.
+consumption, C13 and C14 for W7's timers and transactions, C15 for W8's users and rules) over a
+run's history and the final read of every replica after healing. Pure: they read what they are
+given and judge.
 
 The final read maps each replica's name to {queue: [(offset, value), ...]} in offset order, the
 final offsets each replica's name to the groups' committed offsets; `final_master` names the
@@ -499,10 +500,11 @@ def timers(records: list[dict]) -> Result:
                   _examples([*lost, *early, *never_sent]))
 
 
-def _outcomes(records: list[dict], f: str) -> list[tuple[dict, str]]:
-    """Each operation `f`: its invocation and how it ended ("info" when it never did)."""
-    ended = {r["op"]: r["type"] for r in records if r["f"] == f and r["type"] != "invoke"}
-    return [(r, ended.get(r["op"], "info")) for r in records if r["f"] == f and r["type"] == "invoke"]
+def _outcomes(records: list[dict], *fs: str) -> list[tuple[dict, str]]:
+    """Each operation of the kinds `fs`, in the order they began: its invocation and how it ended
+    ("info" when it never did)."""
+    ended = {r["op"]: r["type"] for r in records if r["f"] in fs and r["type"] != "invoke"}
+    return [(r, ended.get(r["op"], "info")) for r in records if r["f"] in fs and r["type"] == "invoke"]
 
 
 def transactions(records: list[dict]) -> Result:
@@ -548,6 +550,104 @@ def transactions(records: list[dict]) -> Result:
     return Result("C14 transactions", figures,
                   ("rolled back but received", "committed but never received", "never resolved"),
                   _examples([*bad, *lost, *unresolved]))
+
+
+HeldUser = tuple[str, frozenset[tuple[str, str]]]  # a user as a replica holds it: password, rules (resource, grant)
+UserState = HeldUser | None  # None: no such user
+AccessRead = dict[str, dict[str, HeldUser]]  # replica -> each user it holds
+ACCESS_CHANGES = ("create-user", "update-user", "create-acl", "delete-user")
+
+
+def access_grant(actions: Iterable[str], decision: str) -> str:
+    """An ACL entry's actions and decision as W8 records them and C15 compares them: "Pub Allow"."""
+    return f"{','.join(sorted(actions))} {decision}"
+
+
+def _access_applied(state: UserState, change: dict) -> list[UserState]:
+    """The user after `change`, or nothing when the broker would have refused it on `state`."""
+    f = change["f"]
+    if f == "create-user":
+        return [(change["password"], frozenset())] if state is None else []
+    if state is None:
+        return []
+    password, rules = state
+    if f == "update-user":
+        return [(change["password"], rules)]
+    if f == "create-acl":  # an entry replaces the user's entry for its resource
+        return [(password, frozenset(rule for rule in rules if rule[0] != change["resource"])
+                 | {(change["resource"], change["grant"])})]
+    return [None]  # delete-user takes its rules with it
+
+
+World = tuple[UserState, frozenset[int]]  # a user's state and the changes of unknown outcome not applied yet
+
+
+def _unknown_applied(worlds: set[World], changes: list[tuple[dict, str]]) -> set[World]:
+    """`worlds` and every world they lead to by applying their pending changes in any order."""
+    seen, todo = set(worlds), list(worlds)
+    while todo:
+        state, pending = todo.pop()
+        for index in pending:
+            for after in _access_applied(state, changes[index][0]):
+                world = (after, pending - {index})
+                if world not in seen:
+                    seen.add(world)
+                    todo.append(world)
+    return seen
+
+
+def _possible_users(changes: list[tuple[dict, str]]) -> set[UserState]:
+    """The states one user's changes can leave it in: the acknowledged ones applied in the order
+    they were made (W8 makes one at a time), each of unknown outcome at any time after it began or
+    never, the refused ones never."""
+    worlds: set[World] = {(None, frozenset())}
+    for index, (change, outcome) in enumerate(changes):
+        if outcome == "info":
+            worlds = {(state, pending | {index}) for state, pending in worlds}
+        elif outcome == "ok":
+            worlds = {(after, pending) for state, pending in _unknown_applied(worlds, changes)
+                      for after in _access_applied(state, change)}
+    return {state for state, _ in _unknown_applied(worlds, changes)}
+
+
+def _access_problem(held: UserState, possible: set[UserState]) -> str:
+    present = [state for state in possible if state is not None]
+    if held is None:
+        return "lost"
+    if not present:
+        return "came back"
+    if held[0] not in {password for password, _ in present}:
+        return "wrong password"
+    return "wrong rules"
+
+
+def access_changes(records: list[dict], final: AccessRead) -> Result:
+    """C15 (W8): `final` holds the users and rules of the final master and of each in-sync replica
+    that could be read after the heal. Each user there, and each user a change named, must be in a
+    state its changes can leave it in (_possible_users): an acknowledged create or update whose
+    user no acknowledged delete removed since is there ("lost" if not) with the last acknowledged
+    password or that of an update of unknown outcome ("wrong password"), and with its acknowledged
+    rule ("wrong rules"); a user an acknowledged delete removed is not, unless a create that may
+    have landed came after it, and no user is there that no create may have made ("came back")."""
+    by_user: dict[str, list[tuple[dict, str]]] = defaultdict(list)
+    outcomes = _outcomes(records, *ACCESS_CHANGES)
+    for change, outcome in outcomes:
+        by_user[change["value"]].append((change, outcome))
+    problems: dict[str, list[tuple[str, str]]] = {"lost": [], "came back": [], "wrong password": [],
+                                                  "wrong rules": []}
+    for user in sorted(set(by_user) | {user for read in final.values() for user in read}):
+        possible = _possible_users(by_user[user])
+        for replica in sorted(final):
+            held = final[replica].get(user)
+            if held not in possible:
+                problems[_access_problem(held, possible)].append((replica, user))
+    acked = [change["f"] for change, outcome in outcomes if outcome == "ok"]
+    figures = {"replicas read": len(final), "users": len(by_user),
+               **{f"acked {f}s": acked.count(f) for f in ACCESS_CHANGES},
+               "unknown": sum(outcome == "info" for _, outcome in outcomes),
+               **{problem: len(found) for problem, found in problems.items()}}
+    return Result("C15 users and rules", figures, tuple(problems),
+                  _examples(found for found_all in problems.values() for found in found_all))
 
 
 def split_brain(records: list[dict]) -> Result:

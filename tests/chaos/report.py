@@ -60,19 +60,23 @@ def table(runs: list[dict]) -> str:
 FIFO_CHECK = "C12 FIFO"
 FIFO_COUNTS = ("acked sends", "deliveries", "redeliveries", "crashes", "dead letters", "out of order", "lost",
                "never settled", "dead-lettered early")
+ACCESS_CHECK = "C15 users and rules"
+ACCESS_COUNTS = ("acked create-users", "acked create-acls", "acked update-users", "acked delete-users", "unknown",
+                 "lost", "came back", "wrong password", "wrong rules")
 
 
-def fifo_table(runs: list[dict]) -> str:
-    """W6's FIFO group, fault by fault: what its consumers saw, and C12's violations."""
+def check_table(runs: list[dict], check: str, counts: tuple[str, ...], workload: str) -> str:
+    """One workload's checker, fault by fault: its counts summed over the runs that had it."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for run in runs:
-        if FIFO_CHECK in run.get("checks", {}):
+        if check in run.get("checks", {}):
             groups[run["fault"], run["profile"]].append(run)
-    lines = ["| fault | settings | runs | " + " | ".join(FIFO_COUNTS) + " | failed runs |",
-             "|---" * (len(FIFO_COUNTS) + 4) + "|"]
+    lines = ["| fault | settings | runs | " + " | ".join(counts) + " | failed runs |",
+             "|---" * (len(counts) + 4) + "|"]
     for (fault, profile), group in sorted(groups.items(), key=lambda item: (int(item[0][0][1:]), item[0][1])):
-        counts = " | ".join(f"{sum(check_count(r, FIFO_CHECK, count) for r in group):,}" for count in FIFO_COUNTS)
-        lines.append(f"| {fault} | {profile}, W6 | {len(group)} | {counts} | {sum(not r['ok'] for r in group)} |")
+        sums = " | ".join(f"{sum(check_count(r, check, count) for r in group):,}" for count in counts)
+        lines.append(f"| {fault} | {profile}, {workload} | {len(group)} | {sums} | "
+                     f"{sum(not r['ok'] for r in group)} |")
     return "\n".join(lines)
 
 
@@ -124,12 +128,16 @@ def main() -> int:
         return 1
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    fifo_part = ""
+    tables = ""
     if any(FIFO_CHECK in run.get("checks", {}) for run in runs):
-        fifo_part = f"\n\nThe FIFO group of the W6 runs (checker C12):\n\n{fifo_table(runs)}"
+        tables = ("\n\nThe FIFO group of the W6 runs (checker C12):\n\n"
+                     f"{check_table(runs, FIFO_CHECK, FIFO_COUNTS, 'W6')}")
     if any(TIMER_CHECK in run.get("checks", {}) for run in runs):
-        fifo_part += f"\n\nThe timers and transactions of the W7 runs (checkers C13 and C14):\n\n{timer_table(runs)}"
-    DOC.write_text(f"{head}{BEGIN}\n{table(runs)}{fifo_part}\n{END}{tail}")
+        tables += f"\n\nThe timers and transactions of the W7 runs (checkers C13 and C14):\n\n{timer_table(runs)}"
+    if any(ACCESS_CHECK in run.get("checks", {}) for run in runs):
+        tables += ("\n\nThe users and rules of the W8 runs (checker C15):\n\n"
+                      f"{check_table(runs, ACCESS_CHECK, ACCESS_COUNTS, 'W8')}")
+    DOC.write_text(f"{head}{BEGIN}\n{table(runs)}{tables}\n{END}{tail}")
     print(f"{DOC}: {len(runs)} runs")
     return 0
 

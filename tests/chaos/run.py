@@ -1,12 +1,12 @@
 """One seeded chaos run: a controller-mode group of three brokers under the W3 send (idempotent
 producers; W1, plain ones, with --workload W1; W4, W3 beside admin churn of other topics; W6, W3
 beside the official client's FIFO producers and consumers; W7, W3 beside its timers and
-transactions) and W2 consume workloads (for F14:
-the producers, one W2 group and W5, the replicator to a standby) and one fault kind of the B5
-matrix, then healing, a final read of every replica and the checkers' verdict.
+transactions; W8, W3 beside churn of users and rules, secure profile only) and W2 consume
+workloads (for F14: the producers, one W2 group and W5, the replicator to a standby) and one
+fault kind of the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
 
     python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak|secure]
-        [--workload W1|W4|W6|W7] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
+        [--workload W1|W4|W6|W7|W8] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
 
 Every run keeps its history, verdict and logs under its directory and prints the seed that replays
 its fault schedule; with --ledger each run appends one line to the ledger docs/reliability.md is
@@ -31,7 +31,10 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 from checkers import (  # noqa: E402
+    AccessRead,
     Hygiene,
+    access_changes,
+    access_grant,
     availability,
     check_all,
     churn,
@@ -62,12 +65,13 @@ from pipeline import Pipeline  # noqa: E402
 from quorumq import tls  # noqa: E402
 from quorumq.cli import certs  # noqa: E402
 from quorumq.cli.dashboard import ACCESS_KEY_ENV, SECRET_KEY_ENV  # noqa: E402
-from quorumq.client import Credentials  # noqa: E402
+from quorumq.client import ClientError, Credentials  # noqa: E402
 from quorumq.store.message_store import FSYNC_LOG_VARIABLE  # noqa: E402
 from workload import (  # noqa: E402
     CHURN_TOPICS,
     FIFO_RETRY_MAX_TIMES,
     TIMER_TX_SETS,
+    AccessChurn,
     Consumers,
     FifoWorkload,
     Producers,
@@ -93,14 +97,15 @@ PROFILES = {
     "weak": {**SETS, **NO_FORCED_DELETION, "flushDiskType": "ASYNC_FLUSH", "allAckInSyncStateSet": "false",
              "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true"},
 }
-# The secure profile: the durable settings with authentication (docs/security.md) and TLS enforcing
-# on every port (docs/tls.md, added by `secure_sets`: the certificates are made for the runs).
-# Every client of a run signs with the init user; the members with the inner credentials.
+# The secure profile: the durable settings with authentication and authorization (docs/security.md)
+# and TLS enforcing on every port (docs/tls.md, added by `secure_sets`: the certificates are made for
+# the runs). Every client of a run signs with the init user, a Super user whom no rule restricts;
+# the members with the inner credentials.
 SECURE = "secure"
 SECURE_USER = Credentials("chaos-user", "chaos-user-secret")
 SECURE_INNER = Credentials("chaos-inner", "chaos-inner-secret")
 PROFILES[SECURE] = {
-    **PROFILES["durable"], "authenticationEnabled": "true",
+    **PROFILES["durable"], "authenticationEnabled": "true", "authorizationEnabled": "true",
     "initAuthenticationUser": json.dumps({"username": SECURE_USER.access_key, "password": SECURE_USER.secret_key}),
     "innerClientAuthenticationCredentials": json.dumps({"accessKey": SECURE_INNER.access_key,
                                                         "secretKey": SECURE_INNER.secret_key}),
@@ -109,8 +114,10 @@ PROFILES[SECURE] = {
 OFFICIAL_ROOTS_VARIABLE = "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"
 # The producers: idempotent resends (same message id and queue), plain ones, or idempotent ones
 # beside W4's topics made, written and deleted in turn, beside W6's FIFO topic and group, or beside
-# W7's timers and transactions (which set the brokers' transaction checks, TIMER_TX_SETS).
-WORKLOADS = ("W3", "W1", "W4", "W6", "W7")
+# W7's timers and transactions (which set the brokers' transaction checks, TIMER_TX_SETS), or
+# beside W8's users and rules (authenticationEnabled: the secure profile).
+WORKLOADS = ("W3", "W1", "W4", "W6", "W7", "W8")
+SECURE_WORKLOADS = ("W8",)
 WORKLOAD_SETS = {"W7": TIMER_TX_SETS}
 
 
@@ -196,6 +203,8 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
         results.append(fifo(records, max_attempts=FIFO_RETRY_MAX_TIMES + 1))
     if workload == "W7":
         results += [timers(records), transactions(records)]
+    if outcome.access is not None:
+        results.append(access_changes(records, outcome.access))
     rows = {"fault": fault, "seed": seed, "profile": profile, "workload": workload, "duration_s": duration_s,
             **summary(records), **availability(records, outcome.healed_at)}
     if outcome.standby is not None:
@@ -235,6 +244,7 @@ class Outcome:
     peak_rss_mb: dict[str, float]  # each process's VmHWM before the brokers stopped
     standby: dict[str, list[tuple[int, str]]] | None = None  # F14: the standby's queues
     standby_drain_s: float | None = None  # F14: from the group being whole until the standby held the source's messages
+    access: AccessRead | None = None  # W8: the users and rules of the final master and the in-sync replicas read
 
 
 def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, duration_s: float,
@@ -260,23 +270,24 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         producers = Producers(access_point, TOPIC, history, queues=None if workload == "W1" else QUEUES,
                               credentials=credentials)
         workloads = [producers, consumers]
+        addresses = [broker["address"] for broker in group.brokers]
         if workload == "W4":
-            workloads.append(TopicChurn(access_point, [broker["address"] for broker in group.brokers], history,
-                                        credentials))
+            workloads.append(TopicChurn(access_point, addresses, history, credentials))
+        if workload == "W8":
+            workloads.append(AccessChurn(access_point, addresses, TOPIC, history, seed, credentials))
         if workload in ("W6", "W7"):
             kind = FifoWorkload if workload == "W6" else TimerWorkload
             # Over TLS the official client checks each broker's certificate against its endpoints
             # joined into one name ("127.0.0.1:a,127.0.0.1:b"), which no certificate can hold: one
             # broker, which forwards to the master, is its endpoint then.
-            addresses = [broker["address"] for broker in group.brokers]
             endpoints = addresses[0] if tls.client_tls() else ";".join(addresses)
             workloads.append(kind(endpoints, history, seed, credentials))
         if fault == PIPELINE:
             standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
             standby.start()
         nemesis = Nemesis(fault, group, network, history, seed, standby.fault if standby else None)
-        for workload in workloads:
-            workload.start()
+        for each in workloads:  # `workload` stays the name W8 is read by below
+            each.start()
         nemesis.start()
         time.sleep(duration_s)
         nemesis.stop()
@@ -285,13 +296,15 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         group.restore()
         healed_at = time.monotonic()
         time.sleep(AFTER_HEAL_S)
-        for workload in workloads:
-            workload.stop()
+        for each in workloads:
+            each.stop()
         info = group.wait_in_sync()
         final_master = group.master()["address"]
         in_sync = {info["brokers"][str(broker_id)] for broker_id in info["sync_state_set"]}
         peaks = {_name(process): peak_rss_mb(process["pid"]) for process in processes if pid_alive(process["pid"])}
         outcome = Outcome(group.brokers, final_master, in_sync, healed_at, exits, peaks)
+        if workload == "W8":
+            outcome.access = read_access(group, final_master, in_sync)
         if standby:
             outcome.standby_drain_s = standby.drain()
             standby.close()
@@ -302,11 +315,28 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
     finally:
         if nemesis:
             nemesis.halt()
-        for workload in workloads:
-            workload.halt()
+        for each in workloads:
+            each.halt()
         if standby:
             standby.close()
         group.close()
+
+
+def read_access(group: Group, final_master: str, in_sync: set[str]) -> AccessRead:
+    """The users and rules of the final master and of each in-sync replica that answers."""
+    read: AccessRead = {}
+    for address in sorted(in_sync | {final_master}):
+        try:
+            held = group.admin.access(address)
+        except ClientError:
+            if address == final_master:
+                raise
+            continue
+        rules = {rule.subject.removeprefix("User:"): frozenset(
+            (entry.resource, access_grant(entry.actions, entry.decision)) for entry in rule.entries)
+            for rule in held.acls}
+        read[address] = {user.username: (user.password, rules.get(user.username, frozenset())) for user in held.users}
+    return read
 
 
 def _name(process: dict) -> str:
@@ -368,6 +398,8 @@ def main() -> int:
         parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
     if opts.profile == SECURE and PIPELINE in faults:
         parser.error(f"{PIPELINE} has no {SECURE} runs: the replicator cannot sign its calls")
+    if opts.workload in SECURE_WORKLOADS and opts.profile != SECURE:
+        parser.error(f"{opts.workload} needs --profile {SECURE}: users and rules need authenticationEnabled")
     base = opts.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
     seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
     failed = 0

@@ -58,18 +58,22 @@ def test_fifo_consumption_keeps_order_and_dead_letters_under_a_master_kill(tmp_p
 
 @pytest.mark.timeout(240)
 def test_every_client_of_a_secure_run_signs_its_calls_over_tls(tmp_path):
-    """The secure profile: every process of the run serves TLS alone and authenticates, and every
-    client of the run (the producers, the consumers, the group's admin calls and commands) signs
-    over TLS: no process refused a call or a handshake, and every checker passes. The official
-    clients' (W6, W7) take longer to drain: the long runs have them."""
-    result = run("F2", SECURE_SMOKE_SEED, SECURE_SMOKE_SECONDS, tmp_path / "secure", profile=SECURE)
-    replay = f"python tests/chaos/run.py --faults F2 --seed {SECURE_SMOKE_SEED} --count 1 --profile {SECURE}"
+    """The secure profile: every process of the run serves TLS alone, authenticates and authorizes,
+    and every client of the run (the producers, the consumers, W8's user and rule changes, the
+    group's admin calls and commands) signs over TLS: no process refused a call or a handshake, and
+    every checker passes, C15 on users and rules made. The official clients' (W6, W7) take longer to
+    drain: the long runs have them."""
+    result = run("F2", SECURE_SMOKE_SEED, SECURE_SMOKE_SECONDS, tmp_path / "secure", profile=SECURE, workload="W8")
+    replay = (f"python tests/chaos/run.py --faults F2 --seed {SECURE_SMOKE_SEED} --count 1 --profile {SECURE} "
+              "--workload W8")
     assert result.ok and result.rows["acked"], f"{result.table}\nreplay: {replay}"
+    assert result.rows["checks"]["C15 users and rules"]["acked create-users"], result.table
     cluster = tmp_path / "secure" / "cluster"
     configs = [read_properties(config.read_text()) for config in cluster.glob("*/*.conf")]
     assert len(configs) == 6  # the name server, two controllers, three brokers
-    assert all(config["authenticationEnabled"] == "true" and config["tls.server.mode"] == "enforcing"
-               for config in configs), configs
+    assert all(config["authenticationEnabled"] == config["authorizationEnabled"] == "true"
+               and config["tls.server.mode"] == "enforcing" for config in configs), configs
     refusals = [line for log in cluster.glob("*/*.log") for line in log.read_text(errors="replace").splitlines()
-                if "refused: UNAUTHENTICATED" in line or "Handshake failed" in line]
+                if "refused: UNAUTHENTICATED" in line or "refused: NO_PERMISSION" in line
+                or "Handshake failed" in line]
     assert not refusals, refusals[:5]

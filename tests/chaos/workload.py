@@ -11,7 +11,8 @@ the history (invoke, then ok, fail or info) so the checkers can judge the cluste
   beside a reader of the group's dead-letter queue;
 - W7, timers and transactions: the official client's producers send delay messages due throughout
   the run and transactional messages committed, rolled back or left to the broker's check, and
-  SimpleConsumers receive both."""
+  SimpleConsumers receive both;
+- W8, access churn: users and their rules made, changed and deleted on the master in turn."""
 
 from __future__ import annotations
 
@@ -45,12 +46,13 @@ from rocketmq.v5.exception import (
     PayloadTooLargeException,
 )
 
-from checkers import commit_intended
+from checkers import access_grant, commit_intended
 from harness import cli
 from history import History
 from quorumq.client import AdminClient, ClientError, Message, Producer, PullConsumer
 from quorumq.client import Credentials as Signing
 from quorumq.client.routes import v5_signature
+from quorumq.cluster import cluster_pb2 as pb
 from quorumq.tls import client_tls
 
 SEND_TIMEOUT_S = 5.0
@@ -294,6 +296,96 @@ class TopicChurn(Workload):
             self.history.ok(op)
         else:
             self.history.info(op, result.status)
+
+
+ACCESS_PERIOD_S = 3.0  # one user made this often, as W4's topics: a low rate beside the producers
+ACCESS_EDIT_CHANCE = 0.5  # of the periods, those that also update or delete an earlier user
+ACCESS_USER_PREFIX = "w8u"
+# Refusals raised before a broker changes anything; any other error leaves a change unknown
+# (SERVICE_NOT_AVAILABLE among them: a slave refuses with it at once, but so does a master deposed
+# while it waited for its SyncStateSet, the change made on it already).
+ACCESS_REFUSALS = frozenset({"BAD_REQUEST", "TOO_MANY_REQUESTS", "NO_PERMISSION", "UNAUTHENTICATED"})
+
+ACCESS_METHODS = {"create-user": "CreateUser", "update-user": "UpdateUser", "delete-user": "DeleteUser",
+                  "create-acl": "CreateAcl"}  # the history's name of each change -> BrokerAdmin's
+
+
+class AccessChurn(Workload):
+    """W8: every ACCESS_PERIOD_S, on the broker that says it is master (of those that answer its
+    status, the one of the highest master epoch), signed as the run's init user (a Super user):
+    CreateUser "w8u<N>" (Normal, a known password), CreateAcl giving it Pub on `topic`, and, one
+    period in two, UpdateUser (a new password) or DeleteUser of an earlier user that may exist.
+    Recorded as create-user and update-user (value the user, with its password), create-acl (with
+    its resource and grant) and delete-user: ok when answered, fail when refused before anything
+    changed (ACCESS_REFUSALS), info otherwise. C15 judges them against the users and rules every
+    replica holds after the heal."""
+
+    def __init__(self, access_point: str, brokers: list[str], topic: str, history: History, seed: int,
+                 credentials: Signing | None = None) -> None:
+        super().__init__("access")
+        self.access_point, self.brokers, self.topic, self.history = access_point, brokers, topic, history
+        self.rng = random.Random(f"{seed}-access")
+        self.credentials = credentials
+
+    async def _run(self) -> None:
+        made: list[str] = []  # users a create may have made and no acknowledged delete removed
+        versions: dict[str, int] = {}  # user -> its last password's number
+        async with AdminClient(self.access_point, timeout_s=SEND_TIMEOUT_S, credentials=self.credentials) as admin:
+            for index in itertools.count():
+                until = time.monotonic() + ACCESS_PERIOD_S
+                master = await self._master(admin)
+                if master is not None:
+                    earlier = list(made)
+                    name = f"{ACCESS_USER_PREFIX}{index}"
+                    versions[name] = 0
+                    request = pb.AuthUser(username=name, password=f"{name}-0", user_type="Normal")
+                    if await self._change(admin, master, "create-user", name, request, password=request.password):
+                        made.append(name)
+                    entry = pb.AclEntry(resource=f"Topic:{self.topic}", actions=["Pub"], decision="Allow")
+                    await self._change(admin, master, "create-acl", name,
+                                       pb.Acl(subject=f"User:{name}", entries=[entry]), resource=entry.resource,
+                                       grant=access_grant(entry.actions, entry.decision))
+                    if earlier and self.rng.random() < ACCESS_EDIT_CHANCE:
+                        await self._edit(admin, master, self.rng.choice(earlier), made, versions)
+                while time.monotonic() < until and not self._stop.is_set():
+                    await asyncio.sleep(RETRY_PAUSE_S)
+                if self._stop.is_set():
+                    return
+
+    async def _edit(self, admin: AdminClient, master: str, name: str, made: list[str],
+                    versions: dict[str, int]) -> None:
+        if self.rng.random() < 0.5:
+            versions[name] += 1
+            password = f"{name}-{versions[name]}"
+            await self._change(admin, master, "update-user", name, pb.AuthUser(username=name, password=password),
+                               password=password)
+        elif await self._change(admin, master, "delete-user", name, pb.UserRequest(username=name)) == "ok":
+            made.remove(name)
+
+    async def _master(self, admin: AdminClient) -> str | None:
+        masters = []
+        for address in self.brokers:
+            try:
+                status = await admin.broker_status(address)
+            except ClientError:  # stopped, paused or cut off
+                continue
+            if status["brokerRole"] != "SLAVE":
+                masters.append((int(status["masterEpoch"]), address))
+        return max(masters)[1] if masters else None
+
+    async def _change(self, admin: AdminClient, master: str, f: str, name: str, request, **extra: str) -> str | None:
+        """One change, recorded; its outcome ("ok", "info"), or None when it was refused."""
+        op = self.history.invoke("access", f, name, broker=master, **extra)
+        try:
+            await admin.change_access([master], ACCESS_METHODS[f], request)
+        except ClientError as error:
+            if error.name in ACCESS_REFUSALS:
+                self.history.fail(op, error.name)
+                return None
+            self.history.info(op, error.name)
+            return "info"
+        self.history.ok(op)
+        return "ok"
 
 
 FIFO_TOPIC = "ChaosFifo"
