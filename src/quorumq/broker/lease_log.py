@@ -21,18 +21,16 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from quorumq import limits
 from quorumq.clock import Clock
 from quorumq.core import fifo
 from quorumq.core.fifo import FifoQueue, QueueKey
 from quorumq.errors import Error, QuorumqError, write_error
-from quorumq.store import GetStatus, MessageIn, Store, UnindexedAppend, write_atomically
+from quorumq.store import MessageIn, Store, UnindexedAppend, walk_queue, write_atomically
 
 log = logging.getLogger("quorumq.broker")
 
 LEASE_TOPIC = fifo.LEASE_TOPIC
 FILE_NAME = "fifoLeases.json"
-APPLY_BATCH = 256  # records read from the lease topic at a time
 
 
 class LeaseLog:
@@ -89,30 +87,22 @@ class LeaseLog:
         first one in a corrupt part of a damaged log: a slave cuts its log there as it aligns with
         its master (Broker.align_with), and the copies that take its place are applied as they
         come; a broker that raised here could not open."""
-        end = self._store.queue_max_offset(LEASE_TOPIC, 0)
-        while self.cursor < end:
-            try:
-                result = self._store.get_messages(LEASE_TOPIC, 0, self.cursor, APPLY_BATCH, limits.PULL_BYTES_MAX)
-            except QuorumqError as error:
-                if error.error is not Error.STORE_CORRUPTED:
-                    raise
-                log.error("FIFO lease records from %d not applied: %s", self.cursor, error)
-                return
-            if result.status is GetStatus.OFFSET_TOO_SMALL:  # retention took the oldest records
-                self.cursor = result.min_offset
-                continue
-            if result.next_offset <= self.cursor:
-                break
-            now_ms = self._clock.monotonic_ms()
-            for message in result.messages:
-                try:
-                    key, queue = fifo.decode_record(message.body, now_ms)
-                except ValueError as exc:
-                    log.error("FIFO lease record at %d skipped: %s", message.queue_offset, exc)
-                    continue
-                self.queues[key] = queue
-            self.cursor = result.next_offset
-            self._changed = True
+        try:
+            for result in walk_queue(self._store, LEASE_TOPIC, 0, self.cursor):
+                now_ms = self._clock.monotonic_ms()
+                for message in result.messages:
+                    try:
+                        key, queue = fifo.decode_record(message.body, now_ms)
+                    except ValueError as exc:
+                        log.error("FIFO lease record at %d skipped: %s", message.queue_offset, exc)
+                        continue
+                    self.queues[key] = queue
+                self.cursor = result.next_offset
+                self._changed = True
+        except QuorumqError as error:
+            if error.error is not Error.STORE_CORRUPTED:
+                raise
+            log.error("FIFO lease records from %d not applied: %s", self.cursor, error)
 
     def log_cut(self) -> None:
         """The log was cut (a slave aligning with its master, a torn tail at recovery): the records

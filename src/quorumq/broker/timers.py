@@ -24,6 +24,7 @@ from pathlib import Path
 
 from quorumq import limits
 from quorumq.broker.consumers import read_one
+from quorumq.broker.master_task import MasterTask
 from quorumq.core import properties
 from quorumq.core.put_status import PutStatus
 from quorumq.core.timers import (
@@ -38,13 +39,12 @@ from quorumq.core.timers import (
     encode_done,
 )
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import AppendResult, GetStatus, MessageIn, StoredMessage
+from quorumq.store import AppendResult, MessageIn, StoredMessage, walk_queue
 
 log = logging.getLogger("quorumq.broker")
 
 INDEX_DIR = "timerIndex"
 _ENTRY = struct.Struct("<qq")  # an index entry: (delivery ms, timer record offset)
-_READ_BATCH = 256  # timer records read at a time while the index is built
 
 
 class Timers:
@@ -59,21 +59,16 @@ class Timers:
         self._span = -1  # the latest span taken into memory
         self._due: list[tuple[int, int]] = []  # the taken spans' entries, a heap
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._loop = MasterTask(self._run)
         self.figures = {"timersPending": 0, "timersDelivered": 0, "timersRecalled": 0, "timersDropped": 0}
 
     def start(self) -> None:
         """This broker is now the master: build the index, then deliver."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run())
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
         self._ready = False
-        if task is not None:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
     def check_ready(self) -> None:
         self._broker.sends.check_role()
@@ -84,7 +79,7 @@ class Timers:
 
     def added(self, message: MessageIn, offset: int) -> None:
         """The send path appended a timer record at `offset`."""
-        if self._task is not None and (self._ready or offset < self._scanned):  # else the build reads it
+        if self._loop.running and (self._ready or offset < self._scanned):  # else the build reads it
             self._index(deliver_ms_of(message.properties), offset)
 
     def _index(self, deliver_ms: int, offset: int) -> None:
@@ -113,13 +108,7 @@ class Timers:
         self._done = DoneSet(self._scanned)
         self.figures["timersPending"] = 0
         started = self._broker.clock.monotonic()
-        while True:
-            result = store.get_messages(TIMER_TOPIC, 0, self._scanned, _READ_BATCH, limits.PULL_BYTES_MAX)
-            if result.status is GetStatus.OFFSET_TOO_SMALL:  # retention took the oldest meanwhile
-                self._scanned = result.min_offset
-                continue
-            if result.next_offset <= self._scanned:
-                break
+        for result in walk_queue(store, TIMER_TOPIC, 0, self._scanned):
             for message in result.messages:
                 self._read_record(message)
             self._scanned = result.next_offset

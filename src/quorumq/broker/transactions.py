@@ -17,11 +17,11 @@ is a RecoverOrphanedTransactionCommand pushed on the stream of one live producer
 import asyncio
 import logging
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from quorumq import limits
 from quorumq.broker.consumers import read_one
+from quorumq.broker.master_task import MasterTask
 from quorumq.broker.send_path import unparked
 from quorumq.core import properties
 from quorumq.core.put_status import PutStatus
@@ -38,13 +38,12 @@ from quorumq.core.transactions import (
     next_check,
 )
 from quorumq.errors import Error, QuorumqError
-from quorumq.store import GetStatus, MessageIn, StoredMessage
+from quorumq.store import MessageIn, StoredMessage, walk_queue
 
 log = logging.getLogger("quorumq.broker")
 
 # A producer's Telemetry stream: push(half message as its real topic's message, transaction id).
 Push = Callable[[StoredMessage, str], None]
-_READ_BATCH = 256
 _LOOK_INTERVAL_S = 1.0  # how often the checker looks for half messages to check (transactionTimeOut is seconds)
 
 
@@ -64,23 +63,18 @@ class Transactions:
         self._undecided: dict[int, _Undecided] = {}
         self._ready = False
         self._producers: dict[str, dict[int, Push]] = {}  # topic -> live producers' streams
-        self._task: asyncio.Task | None = None
+        self._loop = MasterTask(self._run)
         self._turn = 0
         self.figures = {"transactionsCommitted": 0, "transactionsRolledBack": 0, "transactionChecks": 0,
                         "transactionChecksGivenUp": 0}
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run())
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
         self._ready = False
         self._undecided = {}
-        if task is not None:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
     @property
     def undecided(self) -> int:
@@ -95,7 +89,7 @@ class Transactions:
     def added(self, offset: int) -> None:
         """The send path appended a half message at `offset` (also while the master reads its
         topics: `_load` keeps what was added meanwhile)."""
-        if self._task is not None:
+        if self._loop.running:
             self._undecided[offset] = _Undecided(self._broker.clock.monotonic_ms())
 
     # Producers.
@@ -184,17 +178,9 @@ class Transactions:
 
     async def _records(self, topic: str):
         store = self._broker.store
-        offset = store.queue_min_offset(topic, 0)
-        while True:
-            result = store.get_messages(topic, 0, offset, _READ_BATCH, limits.PULL_BYTES_MAX)
-            if result.status is GetStatus.OFFSET_TOO_SMALL:
-                offset = result.min_offset
-                continue
-            if result.next_offset <= offset:
-                return
+        for result in walk_queue(store, topic, 0, store.queue_min_offset(topic, 0)):
             for message in result.messages:
                 yield message
-            offset = result.next_offset
             await asyncio.sleep(0)
 
     async def _check_all(self) -> None:

@@ -19,6 +19,7 @@ from quorumq.store.interface import (
 from quorumq.store.keyed_log import KeyedLog
 from quorumq.store.memory import MemoryStore
 from quorumq.store.message_store import MessageStore
+from quorumq.store.read import walk_queue
 from quorumq.store.recovery import Damage, classify_damage
 from quorumq.store.retention import segments_to_delete
 from quorumq.store.topic_configs import TopicConfig, TopicConfigs
@@ -27,5 +28,5 @@ __all__ = [
     "AppendResult", "ConsumerOffsets", "Damage", "Flusher", "GetResult", "GetStatus", "KeyedLog", "MemoryStore",
     "MessageIn", "MessageStore", "RecoveryReport", "Store", "StoredMessage", "TopicConfig",
     "TopicConfigs", "UnindexedAppend", "classify_damage",
-    "segments_to_delete", "tag_hash", "write_atomically",
+    "segments_to_delete", "tag_hash", "walk_queue", "write_atomically",
 ]

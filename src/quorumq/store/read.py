@@ -12,11 +12,12 @@ from quorumq.core.properties import MESSAGE_ID
 from quorumq.core.recent_sends import window_start
 from quorumq.errors import Error, QuorumqError
 from quorumq.store.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
-from quorumq.store.interface import GetResult, GetStatus
+from quorumq.store.interface import GetResult, GetStatus, Store
 from quorumq.store.state import StoreState
 
 _READ_SPAN_BYTES = 1024 * 1024  # one pread may cover several records of a queue up to this span
 _QUEUE_READ_ENTRIES = 1024
+WALK_BATCH = 256  # messages one read of walk_queue takes
 
 Read = Callable[[memoryview, int], StoredMessage | bytes]  # one checked record to what a read returns
 
@@ -238,6 +239,20 @@ def match_entries(entries: Iterable[tuple[int, int, int]], offset: int, max_coun
         if len(matched) == max_count:
             return matched, offset
     return matched, offset
+
+
+def walk_queue(store: Store, topic: str, queue_id: int, offset: int) -> Iterator[GetResult]:
+    """A queue's messages in order from `offset`, WALK_BATCH at a time: each read that moves on,
+    its next_offset where the walk has come to (one with no messages where retention took the
+    oldest, OFFSET_TOO_SMALL: the walk goes on from the oldest kept). It ends at the first read that
+    moves no further, so a caller that awaits between reads (serving other requests) also reads what
+    was appended meanwhile. A corrupt record raises STORE_CORRUPTED when the walk reaches it."""
+    while True:
+        result = store.get_messages(topic, queue_id, offset, WALK_BATCH, limits.PULL_BYTES_MAX)
+        if result.next_offset <= offset:
+            return
+        yield result
+        offset = result.next_offset
 
 
 def _entries(queue: ConsumeQueue, offset: int, end: int) -> Iterator[tuple[int, int, int]]:
