@@ -155,67 +155,98 @@ def w_send_timers(args):
         bench_fifo.bf._quiet_shutdown(producer)
 
 
+class _Received:
+    """A consumer worker's figures (w_receive_timers, w_pull_timers): each distinct message's
+    receive, due and store times (ms), duplicates and failures, the receive calls that got
+    messages; how many distinct messages it has so far in count-INDEX, twice a second."""
+
+    def __init__(self, args) -> None:
+        run_dir = Path(args["run_dir"])
+        self._stop_file, self._count_file = run_dir / "stop", run_dir / f"count-{args['index']}"
+        self._deadline = args["deadline"]
+        self.lock = threading.Lock()  # for `state` and `seen`, shared by a worker's threads
+        self.seen: dict[int, tuple[float, int, float | None]] = {}  # index -> receive ms, due ms, store ms
+        self.state = {"duplicates": 0, "acks_failed": 0, "receives_failed": 0, "last_error": None,
+                      "delivery_timestamp_differs": 0}
+        self.receives: list[tuple[float, int]] = []  # the receive calls that got messages: seconds, messages
+
+    def going(self) -> bool:
+        return not self._stop_file.exists() and time.time() < self._deadline
+
+    def failed(self, what: str, error: Exception) -> None:
+        """A receive or an ack failed: counted as `what`."""
+        with self.lock:
+            self.state[what] += 1
+            self.state["last_error"] = repr(error)
+
+    def received(self, asked: float, count: int) -> float:
+        """A receive call made at perf_counter `asked` returned `count` messages now: now, wall ms."""
+        now_ms = time.time() * 1000
+        if count:
+            self.receives.append((time.perf_counter() - asked, count))
+        return now_ms
+
+    def message(self, body: bytes, received_ms: float, store_ms: float | None) -> int:
+        """One message received at `received_ms`: its due ms."""
+        index, due, _ = body.split(b":", 2)
+        with self.lock:
+            if int(index) in self.seen:
+                self.state["duplicates"] += 1
+            else:
+                self.seen[int(index)] = (received_ms, int(due), store_ms)
+        return int(due)
+
+    def count_thread(self) -> threading.Thread:
+        def report_count() -> None:
+            while self.going():
+                self._count_file.write_text(str(len(self.seen)))
+                time.sleep(0.5)
+        return threading.Thread(target=report_count, daemon=True)
+
+    def result(self, cpu_s: float | None, acks: list[float]) -> dict:
+        return {**self.state, "cpu_s": cpu_s, "messages": [[index, *values] for index, values in self.seen.items()],
+                "receives": self.receives, "acks": acks}
+
+
 def w_receive_timers(args):
     """`consumers` official SimpleConsumers of `group`, one thread each, receive and ack until the
-    stop file exists or `deadline` (wall time); each message's index, receive time and due time.
-    The process writes how many distinct messages it has so far to count-INDEX twice a second."""
+    stop file exists or `deadline` (wall time); each message's index, receive time and due time
+    (_Received)."""
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
     config = ClientConfiguration(args["access_point"], Credentials(), request_timeout=10)
     consumers = [SimpleConsumer(config, args["group"], {args["topic"]: FilterExpression("*")},
                                 await_duration=AWAIT_S) for _ in range(args["consumers"])]
     for consumer in consumers:
         consumer.startup()
-    run_dir = Path(args["run_dir"])
-    stop_file, count_file = run_dir / "stop", run_dir / f"count-{args['index']}"
-    lock = threading.Lock()
-    seen: dict[int, tuple[float, int, float | None]] = {}  # index -> receive ms, due ms, store ms
-    state = {"duplicates": 0, "acks_failed": 0, "receives_failed": 0, "last_error": None,
-             "delivery_timestamp_differs": 0}
-
-    receives: list[tuple[float, int]] = []  # the receive calls that got messages: seconds, messages
+    tally = _Received(args)
     acks: list[float] = []  # seconds of each ack call
 
     def consume(consumer) -> None:
-        while not stop_file.exists() and time.time() < args["deadline"]:
+        while tally.going():
             asked = time.perf_counter()
             try:
                 messages = consumer.receive(args["batch"], INVISIBLE_S)
             except Exception as error:  # noqa: BLE001 - counted and reported
-                with lock:
-                    state["receives_failed"] += 1
-                    state["last_error"] = repr(error)
+                tally.failed("receives_failed", error)
                 continue
-            received = time.time() * 1000
-            if messages:
-                receives.append((time.perf_counter() - asked, len(messages)))
+            received = tally.received(asked, len(messages))
             for message in messages:
-                index, due, _ = message.body.split(b":", 2)
-                with lock:
-                    if int(index) in seen:
-                        state["duplicates"] += 1
-                    else:
-                        # 5.1.2 reads the store timestamp but has no property for it.
-                        seen[int(index)] = (received, int(due), message._Message__store_timestamp)
-                    state["delivery_timestamp_differs"] += message.delivery_timestamp != int(due)
+                # 5.1.2 reads the store timestamp but has no property for it.
+                due = tally.message(message.body, received, message._Message__store_timestamp)
+                with tally.lock:
+                    tally.state["delivery_timestamp_differs"] += message.delivery_timestamp != due
                 began = time.perf_counter()
                 try:
                     consumer.ack(message)
                 except Exception as error:  # noqa: BLE001 - counted and reported
-                    with lock:
-                        state["acks_failed"] += 1
-                        state["last_error"] = repr(error)
+                    tally.failed("acks_failed", error)
                 acks.append(time.perf_counter() - began)
-
-    def report_count() -> None:
-        while not stop_file.exists() and time.time() < args["deadline"]:
-            count_file.write_text(str(len(seen)))
-            time.sleep(0.5)
 
     t0 = int(_wait_go(args)) / 1000
     cpu0: list[float] = []  # this process's CPU seconds at the window's start
     threading.Timer(max(0.0, t0 - time.time()), lambda: cpu0.append(time.process_time())).start()
     threads = [threading.Thread(target=consume, args=(consumer,)) for consumer in consumers]
-    threads.append(threading.Thread(target=report_count, daemon=True))
+    threads.append(tally.count_thread())
     for thread in threads:
         thread.start()
     for thread in threads[:-1]:
@@ -223,8 +254,7 @@ def w_receive_timers(args):
     cpu_s = round(time.process_time() - cpu0[0], 2) if cpu0 else None
     for consumer in consumers:
         bench_fifo.bf._quiet_shutdown(consumer)
-    return {**state, "cpu_s": cpu_s, "messages": [[index, *values] for index, values in seen.items()],
-            "receives": receives, "acks": acks}
+    return tally.result(cpu_s, acks)
 
 
 def w_pull_timers(args):
@@ -232,38 +262,21 @@ def w_pull_timers(args):
     the stop file exists or `deadline`, one task a queue; w_receive_timers's figures (no acks)."""
     from quorumq.client import PullConsumer
 
-    run_dir = Path(args["run_dir"])
-    stop_file, count_file = run_dir / "stop", run_dir / f"count-{args['index']}"
-    seen: dict[int, tuple[float, int, float | None]] = {}  # index -> receive ms, due ms, store ms
-    state = {"duplicates": 0, "acks_failed": 0, "receives_failed": 0, "last_error": None,
-             "delivery_timestamp_differs": 0}
-    receives: list[tuple[float, int]] = []
+    tally = _Received(args)
 
     async def drain(consumer, queue_id: int) -> None:
         offset = 0
-        while not stop_file.exists() and time.time() < args["deadline"]:
+        while tally.going():
             asked = time.perf_counter()
             try:
                 result = await consumer.pull(args["topic"], queue_id, offset, args["batch"], AWAIT_S)
             except Exception as error:  # noqa: BLE001 - counted and reported
-                state["receives_failed"] += 1
-                state["last_error"] = repr(error)
+                tally.failed("receives_failed", error)
                 continue
-            received = time.time() * 1000
-            if result.messages:
-                receives.append((time.perf_counter() - asked, len(result.messages)))
+            received = tally.received(asked, len(result.messages))
             for message in result.messages:
-                index, due, _ = message.body.split(b":", 2)
-                if int(index) in seen:
-                    state["duplicates"] += 1
-                else:
-                    seen[int(index)] = (received, int(due), message.store_timestamp_ms)
+                tally.message(message.body, received, message.store_timestamp_ms)
             offset = result.next_offset
-
-    async def report_count() -> None:
-        while not stop_file.exists() and time.time() < args["deadline"]:
-            count_file.write_text(str(len(seen)))
-            await asyncio.sleep(0.5)
 
     async def main() -> float:
         async with PullConsumer(args["access_point"], args["group"]) as consumer:
@@ -271,14 +284,11 @@ def w_pull_timers(args):
             t0 = int(_wait_go(args)) / 1000
             await asyncio.sleep(max(0.0, t0 - time.time()))
             cpu0 = time.process_time()
-            counting = asyncio.create_task(report_count())
+            tally.count_thread().start()
             await asyncio.gather(*(drain(consumer, queue.queue_id) for queue in queues))
-            counting.cancel()
             return time.process_time() - cpu0
 
-    cpu_s = round(asyncio.run(main()), 2)
-    return {**state, "cpu_s": cpu_s, "messages": [[index, *values] for index, values in seen.items()],
-            "receives": receives, "acks": []}
+    return tally.result(round(asyncio.run(main()), 2), [])
 
 
 def w_send_sync(args):
