@@ -371,8 +371,7 @@ def main():
     p.add_argument("--consume-timeout", type=float, default=300.0, help="longest a consume measurement may run")
     p.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"],
                    help="flushDiskType (default ASYNC_FLUSH)")
-    p.add_argument("--segment-bytes", type=int, default=br.SEGMENT_BYTES,
-                   help="mappedFileSizeCommitLog (default 64 MiB: small preallocated files)")
+    br.add_segment_option(p)
     opts = p.parse_args()
     common.install_signal_handlers()
     Bench(opts).run()

@@ -55,6 +55,11 @@ STALL_REPLICAS = 2
 TARGET_ISR = 2  # with inSyncReplicas 2 ...
 TARGET_FACTOR = 2.0  # ... quorumq's batch send should reach twice the NATS R3 lean pipeline rate
 SEGMENT_BYTES = 64 * 1024 * 1024  # mappedFileSizeCommitLog: small preallocated segments, the disk is shared
+
+
+def add_segment_option(parser) -> None:
+    parser.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES,
+                        help="mappedFileSizeCommitLog for quorumq (default 64 MiB: small preallocated files)")
 PORT_BLOCK = 200  # one `quorumq up` uses P..P+199
 # Where a block is looked for when the preferred one is taken (the tests pick theirs in the same range,
 # below Linux's ephemeral ports).
@@ -682,8 +687,7 @@ def main():
                    help="measure quorumq from this source tree too (repeatable, e.g. old=../old/src new=src); "
                         "each configuration runs every tree in turn, labelled (default: this checkout's src)")
     p.add_argument("--nats-window", type=int, default=1024, help="NATS lean publishes in flight")
-    p.add_argument("--segment-bytes", type=int, default=SEGMENT_BYTES,
-                   help="mappedFileSizeCommitLog for quorumq (default 64 MiB: small preallocated files)")
+    add_segment_option(p)
     p.add_argument("--stall-flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"],
                    help="flushDiskType of the SIGKILL measurements (default ASYNC_FLUSH)")
     p.add_argument("--stall-before", type=float, default=2.0, help="seconds of sends before the SIGKILL")

@@ -210,8 +210,7 @@ def main():
     common.add_send_options(p, inflight=4)
     p.set_defaults(seconds=8.0, repeat=7)
     p.add_argument("--threads", type=int, default=4, help="threads sharing the official Producer (default 4)")
-    p.add_argument("--segment-bytes", type=int, default=br.SEGMENT_BYTES,
-                   help="mappedFileSizeCommitLog (default 64 MiB: small preallocated files)")
+    br.add_segment_option(p)
     opts = p.parse_args()
     common.install_signal_handlers()
     Bench(opts).run()

@@ -878,8 +878,7 @@ def main():
     p.add_argument("--py-spy", metavar="PATH",
                    help="sample the master with this py-spy binary during (b)'s window (the JSON keeps the hottest "
                         "functions; sampling slows the master: do not quote the figures of such a run)")
-    p.add_argument("--segment-bytes", type=int, default=br.SEGMENT_BYTES,
-                   help="mappedFileSizeCommitLog (default 64 MiB: small preallocated files)")
+    br.add_segment_option(p)
     opts = p.parse_args()
     common.install_signal_handlers()
     Bench(opts).run()
