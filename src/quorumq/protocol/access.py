@@ -63,14 +63,15 @@ def entries_from_pb(entries: Iterable[pb.AclEntry]) -> tuple[PolicyEntry, ...]:
         if len(entry.source_ips) > limits.SOURCE_IPS_PER_ENTRY_MAX:
             raise QuorumqError(Error.BAD_REQUEST, f"{len(entry.source_ips)} source IPs in one entry, at most "
                                                   f"{limits.SOURCE_IPS_PER_ENTRY_MAX}")
-        parsed.append(PolicyEntry(acl.parse_resource(entry.resource), acl.parse_actions(entry.actions),
-                                  acl.parse_decision(entry.decision), acl.parse_source_ips(entry.source_ips)))
+        parsed.append(acl.entry_from_data({"resource": entry.resource, "actions": entry.actions,
+                                           "sourceIps": entry.source_ips, "decision": entry.decision}))
     return tuple(parsed)
 
 
 def entry_to_pb(entry: PolicyEntry) -> pb.AclEntry:
-    return pb.AclEntry(resource=str(entry.resource), actions=sorted(a.value for a in entry.actions),
-                       source_ips=entry.source_ips, decision=entry.decision.value)
+    data = acl.entry_data(entry)
+    return pb.AclEntry(resource=data["resource"], actions=data["actions"], source_ips=data["sourceIps"],
+                       decision=data["decision"])
 
 
 def access_to_pb(users: Iterable[User], rules: Mapping[str, tuple[PolicyEntry, ...]]) -> pb.AccessControl:
