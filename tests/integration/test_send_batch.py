@@ -13,8 +13,8 @@ import pytest
 
 from harness import SMALL_MESSAGE_SIZE, async_check_for, process_of, start_process, stop_process, wait_registered
 from quorumq.client import Message, Producer, PullConsumer
-from quorumq.client import producer as producer_module
 from quorumq.client.errors import ClientError
+from quorumq.client.routes import Channels
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core import codec
@@ -167,14 +167,14 @@ async def test_a_request_that_got_no_answer_is_sent_again_counted_and_stored_onc
     broker = process_of(small_message_cluster, "broker")
     async with Producer(access_point, timeout_s=0.5) as producer:
         [warm] = await producer.send_batch(topic, [Message(b"route")], queue_id=0)
-        calls = []  # every RPC the producer makes from here on, in the order it starts them
+        calls = []  # every SendBatch the producer makes from here on, in the order it starts them
 
-        async def counted(method, *args, **kwargs):
-            calls.append(method)
-            return await real_call(method, *args, **kwargs)
+        async def counted(channels, address, *args, **kwargs):
+            calls.append(address)
+            return await real_send(channels, address, *args, **kwargs)
 
-        real_call = producer_module.call
-        monkeypatch.setattr(producer_module, "call", counted)
+        real_send = Channels.send_batch
+        monkeypatch.setattr(Channels, "send_batch", counted)
         os.kill(broker["pid"], signal.SIGSTOP)
         try:
             sending = asyncio.create_task(producer.send_batch(topic, [Message(b"twice?")], queue_id=0))

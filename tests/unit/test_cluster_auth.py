@@ -7,6 +7,7 @@ import hashlib
 import hmac
 
 import pytest
+from blake3 import blake3
 
 from quorumq import limits
 from quorumq.core.auth import Credentials, User, UserStatus, UserType
@@ -141,5 +142,5 @@ def test_nonces_refuse_when_full_and_forget_only_expired_ones() -> None:
 
 def test_the_canonical_string_names_every_signed_part() -> None:
     text = canonical(METHOD, AK, NOW_MS, NONCE, BODY).decode()
-    assert text.split("\n") == ["QMQ1-HMAC-SHA256", METHOD, AK, str(NOW_MS), NONCE, hashlib.sha256(BODY).hexdigest()]
+    assert text.split("\n") == ["QMQ2-HMAC-SHA256", METHOD, AK, str(NOW_MS), NONCE, blake3(BODY).hexdigest()]
     assert dict(sign(Credentials(AK, SK), METHOD, BODY, NOW_MS, NONCE))[SIGNATURE_HEADER] == RAW.hex()

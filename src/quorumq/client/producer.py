@@ -18,7 +18,7 @@ from typing import Sequence
 
 from quorumq import limits
 from quorumq.client.errors import ClientError
-from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, call, local_host
+from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, RouteQueue, Routes, local_host
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core import codec
 from quorumq.core.auth import Credentials
@@ -226,20 +226,20 @@ class Producer:
         or does not answer; returns the queue last used."""
         deadline = time.monotonic() + self._retry_s
         backoff_s, attempts = BACKOFF_MIN_S, 0
-        request = None
+        request, request_queue_id = b"", None
         while True:
             queue = await self._pick_queue(topic, queue_id, broker_name)
             if not accepted:
                 return queue
-            if request is None or request.queue_id != queue.queue_id:  # records name their queue
+            if request_queue_id != queue.queue_id:  # records name their queue
                 records = self._encoder.encode(topic.encode(), queue.queue_id, time.time_ns() // 1_000_000,
                                                self._host, accepted)
                 request = pb.SendBatchRequest(topic=topic, queue_id=queue.queue_id, records=records,
-                                              count=len(accepted), request_id=ids[accepted[0][0]])
+                                              count=len(accepted), request_id=ids[accepted[0][0]]).SerializeToString()
+                request_queue_id = queue.queue_id
             try:
                 async with self._window:
-                    response = await call(self._channels.writer(queue.address).SendBatch, request,
-                                          self._timeout_s, self._channels.metadata)
+                    response = await self._channels.send_batch(queue.address, request, self._timeout_s)
             except ClientError as error:
                 if error.error is not None:  # the broker refused the whole request and stored none of it
                     response = pb.SendBatchResponse(status=error.name, detail=error.detail)

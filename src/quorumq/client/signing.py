@@ -1,12 +1,13 @@
 """The signing of quorumq's own cluster-protocol calls (core/cluster_auth.py) on a channel: one
 interceptor covers every call made on it, whatever stub makes it.
 
-The signature covers the SHA-256 of the request's bytes, and the server hashes exactly the bytes
+The signature covers the digest of the request's bytes, and the server hashes exactly the bytes
 it receives. Here the request is still an object: it is hashed as `SerializeToString()` writes it,
 the function the stub's serializer calls on the same object right after, which writes an unchanged
 message the same way each time in one process (map entries included). Should the two ever differ,
 the call is refused, never wrongly accepted. v5 calls on the same channel carry their own header
-(routes.Channels) and pass through unsigned here."""
+(routes.Channels) and pass through unsigned here. A batch is signed over the bytes it is sent as,
+without an interceptor (routes.Channels.send_batch)."""
 
 import secrets
 import time
@@ -16,6 +17,12 @@ import grpc
 
 from quorumq.core import cluster_auth
 from quorumq.core.auth import Credentials
+
+
+def signature(credentials: Credentials, method: str, body: bytes) -> tuple[tuple[str, str], ...]:
+    """The metadata that signs a call of `method` made now, whose request serializes to `body`."""
+    return cluster_auth.sign(credentials, method, body, time.time_ns() // 1_000_000,
+                             secrets.token_hex(cluster_auth.NONCE_BYTES))
 
 
 class _Signing:
@@ -30,9 +37,8 @@ class _Signing:
         if not method.startswith(cluster_auth.METHOD_PREFIX):
             return details
         body = request.SerializeToString() if request is not None else b""
-        signature = cluster_auth.sign(self._credentials, method, body, time.time_ns() // 1_000_000,
-                                      secrets.token_hex(cluster_auth.NONCE_BYTES))
-        return details._replace(metadata=grpc.aio.Metadata(*(details.metadata or ()), *signature))
+        signed = signature(self._credentials, method, body)
+        return details._replace(metadata=grpc.aio.Metadata(*(details.metadata or ()), *signed))
 
 
 class _UnarySigning(_Signing, grpc.aio.UnaryUnaryClientInterceptor):
