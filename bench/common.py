@@ -490,7 +490,7 @@ def summarize_collapsed(path: Path, top: int = 15) -> dict:
     incl: dict[str, int] = {}
     total = 0
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(errors="replace").splitlines()  # frames may hold any bytes
     except OSError:
         return {"error": f"no profile at {path}"}
     for line in lines:

@@ -552,10 +552,13 @@ def transactions(records: list[dict]) -> Result:
                   _examples([*bad, *lost, *unresolved]))
 
 
-HeldUser = tuple[str, frozenset[tuple[str, str]]]  # a user as a replica holds it: password, rules (resource, grant)
+# A user as a replica holds it: password, type, status, rules (resource, grant).
+HeldUser = tuple[str, str, str, frozenset[tuple[str, str]]]
 UserState = HeldUser | None  # None: no such user
 AccessRead = dict[str, dict[str, HeldUser]]  # replica -> each user it holds
-ACCESS_CHANGES = ("create-user", "update-user", "create-acl", "delete-user")
+ACCESS_CHANGES = ("create-user", "update-user", "create-acl", "update-acl", "delete-acl", "delete-user")
+USER_FIELDS = ("password", "user_type", "user_status")  # what create-user sets and update-user may change
+CREATED = {"user_type": "Normal", "user_status": "enable"}  # what W8's create-user sets besides the password
 
 
 def access_grant(actions: Iterable[str], decision: str) -> str:
@@ -567,15 +570,17 @@ def _access_applied(state: UserState, change: dict) -> list[UserState]:
     """The user after `change`, or nothing when the broker would have refused it on `state`."""
     f = change["f"]
     if f == "create-user":
-        return [(change["password"], frozenset())] if state is None else []
+        return [(*({**CREATED, **change}[name] for name in USER_FIELDS), frozenset())] if state is None else []
     if state is None:
         return []
-    password, rules = state
-    if f == "update-user":
-        return [(change["password"], rules)]
-    if f == "create-acl":  # an entry replaces the user's entry for its resource
-        return [(password, frozenset(rule for rule in rules if rule[0] != change["resource"])
+    *user, rules = state
+    if f == "update-user":  # what the change names, the rest as it was
+        return [(*(change.get(name, old) for name, old in zip(USER_FIELDS, user)), rules)]
+    if f in ("create-acl", "update-acl"):  # an entry replaces the user's entry for its resource
+        return [(*user, frozenset(rule for rule in rules if rule[0] != change["resource"])
                  | {(change["resource"], change["grant"])})]
+    if f == "delete-acl":  # the entries for its resource; refused when the user has no rules at all
+        return [(*user, frozenset(rule for rule in rules if rule[0] != change["resource"]))] if rules else []
     return [None]  # delete-user takes its rules with it
 
 
@@ -616,8 +621,10 @@ def _access_problem(held: UserState, possible: set[UserState]) -> str:
         return "lost"
     if not present:
         return "came back"
-    if held[0] not in {password for password, _ in present}:
+    if held[0] not in {state[0] for state in present}:
         return "wrong password"
+    if held[1:3] not in {state[1:3] for state in present}:
+        return "wrong type or status"
     return "wrong rules"
 
 
@@ -626,15 +633,17 @@ def access_changes(records: list[dict], final: AccessRead) -> Result:
     that could be read after the heal. Each user there, and each user a change named, must be in a
     state its changes can leave it in (_possible_users): an acknowledged create or update whose
     user no acknowledged delete removed since is there ("lost" if not) with the last acknowledged
-    password or that of an update of unknown outcome ("wrong password"), and with its acknowledged
-    rule ("wrong rules"); a user an acknowledged delete removed is not, unless a create that may
-    have landed came after it, and no user is there that no create may have made ("came back")."""
+    password, type and status or those of an update of unknown outcome ("wrong password", "wrong
+    type or status"), and with its acknowledged rules ("wrong rules": an entry created, updated or
+    deleted for its resource); a user an acknowledged delete removed is not, unless a create that
+    may have landed came after it, and no user is there that no create may have made ("came
+    back")."""
     by_user: dict[str, list[tuple[dict, str]]] = defaultdict(list)
     outcomes = _outcomes(records, *ACCESS_CHANGES)
     for change, outcome in outcomes:
         by_user[change["value"]].append((change, outcome))
     problems: dict[str, list[tuple[str, str]]] = {"lost": [], "came back": [], "wrong password": [],
-                                                  "wrong rules": []}
+                                                  "wrong type or status": [], "wrong rules": []}
     for user in sorted(set(by_user) | {user for read in final.values() for user in read}):
         possible = _possible_users(by_user[user])
         for replica in sorted(final):

@@ -61,8 +61,9 @@ FIFO_CHECK = "C12 FIFO"
 FIFO_COUNTS = ("acked sends", "deliveries", "redeliveries", "crashes", "dead letters", "out of order", "lost",
                "never settled", "dead-lettered early")
 ACCESS_CHECK = "C15 users and rules"
-ACCESS_COUNTS = ("acked create-users", "acked create-acls", "acked update-users", "acked delete-users", "unknown",
-                 "lost", "came back", "wrong password", "wrong rules")
+ACCESS_COUNTS = ("acked create-users", "acked create-acls", "acked update-users", "acked update-acls",
+                 "acked delete-acls", "acked delete-users", "unknown", "lost", "came back", "wrong password",
+                 "wrong type or status", "wrong rules")
 
 
 def check_table(runs: list[dict], check: str, counts: tuple[str, ...], workload: str) -> str:

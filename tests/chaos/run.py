@@ -335,7 +335,8 @@ def read_access(group: Group, final_master: str, in_sync: set[str]) -> AccessRea
         rules = {rule.subject.removeprefix("User:"): frozenset(
             (entry.resource, access_grant(entry.actions, entry.decision)) for entry in rule.entries)
             for rule in held.acls}
-        read[address] = {user.username: (user.password, rules.get(user.username, frozenset())) for user in held.users}
+        read[address] = {user.username: (user.password, user.user_type, user.user_status,
+                                         rules.get(user.username, frozenset())) for user in held.users}
     return read
 
 

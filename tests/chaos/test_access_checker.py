@@ -1,18 +1,22 @@
 """C15 (W8's users and rules) on small hand-made histories: it passes what the changes can leave
-behind, an unknown change either way, and catches a lost user, a stale password, a lost rule and
-a deleted user that came back."""
+behind, an unknown change either way, and catches a lost user, a stale password, type or status,
+a lost, stale or resurrected rule and a deleted user that came back."""
 
 from checkers import access_changes
 
 RULE = ("Topic:ChaosTopic", "Pub Allow")
 
 
+GROUP_RULE = ("Group:chaos-w8", "Sub Allow")
+
+
 def changes(*steps):
-    """W8 records from (f, user, outcome[, password]) steps, one change at a time, in time order."""
+    """W8 records from (f, user, outcome[, password or what the change sets]) steps, one change at
+    a time, in time order; an ACL change without one is RULE's."""
     records = []
-    for op, (f, user, outcome, *password) in enumerate(steps):
-        extra = {"password": password[0]} if password else {}
-        if f == "create-acl":
+    for op, (f, user, outcome, *sets) in enumerate(steps):
+        extra = ({"password": sets[0]} if isinstance(sets[0], str) else sets[0]) if sets else {}
+        if f.endswith("-acl") and not sets:
             extra = {"resource": RULE[0], "grant": RULE[1]}
         records.append({"time": op, "process": "access", "type": "invoke", "f": f, "op": op, "value": user, **extra})
         if outcome is not None:  # None: the change never ended
@@ -21,8 +25,8 @@ def changes(*steps):
     return records
 
 
-def held(password, *rules):
-    return (password, frozenset(rules))
+def held(password, *rules, user_type="Normal", user_status="enable"):
+    return (password, user_type, user_status, frozenset(rules))
 
 
 def verdict(records, **replicas):
@@ -89,3 +93,32 @@ def test_c15_a_delete_acknowledged_after_an_unknown_create_removed_it_for_good()
     records = changes(("create-user", "u0", "info", "p0"), ("delete-user", "u0", "ok"))
     assert verdict(records, m={}).ok
     assert verdict(records, m={"u0": held("p0")}).counts["came back"] == 1
+
+
+def test_c15_follows_type_and_status_updates_and_catches_a_stale_one():
+    records = changes(("create-user", "u0", "ok", "p0"), ("update-user", "u0", "ok", {"user_status": "disable"}),
+                      ("update-user", "u0", "ok", {"user_type": "Super"}), ("update-user", "u0", "ok", "p1"))
+    assert verdict(records, m={"u0": held("p1", user_type="Super", user_status="disable")}).ok
+    stale = verdict(records, m={"u0": held("p1", user_type="Super")})
+    assert stale.counts["wrong type or status"] == 1 and not stale.ok
+    unknown = changes(("create-user", "u0", "ok", "p0"), ("update-user", "u0", "info", {"user_status": "disable"}))
+    assert verdict(unknown, m={"u0": held("p0")}).ok
+    assert verdict(unknown, m={"u0": held("p0", user_status="disable")}).ok
+
+
+def test_c15_follows_acl_updates_and_deletes_by_resource():
+    sub = {"resource": GROUP_RULE[0], "grant": GROUP_RULE[1]}
+    records = changes(("create-user", "u0", "ok", "p0"), ("create-acl", "u0", "ok"), ("update-acl", "u0", "ok", sub),
+                      ("delete-acl", "u0", "ok", {"resource": RULE[0]}))
+    assert verdict(records, m={"u0": held("p0", GROUP_RULE)}).ok
+    assert verdict(records, m={"u0": held("p0", RULE, GROUP_RULE)}).counts["wrong rules"] == 1  # the delete lost
+    assert verdict(records[:-2], m={"u0": held("p0", RULE, GROUP_RULE)}).ok
+
+
+def test_c15_an_acl_change_on_a_user_without_rules_or_absent_changes_nothing():
+    """The broker refuses deleteAcl of a subject with no rules and createAcl for a missing user: an
+    acknowledgement of either cannot have made a rule."""
+    records = changes(("create-user", "u0", "ok", "p0"), ("delete-acl", "u0", "info", {"resource": RULE[0]}),
+                      ("create-acl", "u1", "info"))
+    assert verdict(records, m={"u0": held("p0")}).ok
+    assert verdict(records, m={"u0": held("p0"), "u1": held("p1", RULE)}).counts["came back"] == 1

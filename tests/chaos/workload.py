@@ -307,18 +307,21 @@ ACCESS_USER_PREFIX = "w8u"
 ACCESS_REFUSALS = frozenset({"BAD_REQUEST", "TOO_MANY_REQUESTS", "NO_PERMISSION", "UNAUTHENTICATED"})
 
 ACCESS_METHODS = {"create-user": "CreateUser", "update-user": "UpdateUser", "delete-user": "DeleteUser",
-                  "create-acl": "CreateAcl"}  # the history's name of each change -> BrokerAdmin's
+                  "create-acl": "CreateAcl", "update-acl": "UpdateAcl",
+                  "delete-acl": "DeleteAcl"}  # the history's name of each change -> BrokerAdmin's
+ACCESS_GROUP = "Group:chaos-w8"  # the second resource W8's update-acl gives a user
 
 
 class AccessChurn(Workload):
     """W8: every ACCESS_PERIOD_S, on the broker that says it is master (of those that answer its
     status, the one of the highest master epoch), signed as the run's init user (a Super user):
     CreateUser "w8u<N>" (Normal, a known password), CreateAcl giving it Pub on `topic`, and, one
-    period in two, UpdateUser (a new password) or DeleteUser of an earlier user that may exist.
-    Recorded as create-user and update-user (value the user, with its password), create-acl (with
-    its resource and grant) and delete-user: ok when answered, fail when refused before anything
-    changed (ACCESS_REFUSALS), info otherwise. C15 judges them against the users and rules every
-    replica holds after the heal."""
+    period in two, one edit of an earlier user that may exist: UpdateUser (a new password, the
+    other status, or the other type), UpdateAcl (Sub on ACCESS_GROUP, or Pub and Sub on `topic`),
+    DeleteAcl (one of its resources) or DeleteUser. Recorded by the history's names of
+    ACCESS_METHODS (value the user, with what the change sets): ok when answered, fail when refused
+    before anything changed (ACCESS_REFUSALS), info otherwise. C15 judges them against the users
+    and rules every replica holds after the heal."""
 
     def __init__(self, access_point: str, brokers: list[str], topic: str, history: History, seed: int,
                  credentials: Signing | None = None) -> None:
@@ -354,11 +357,25 @@ class AccessChurn(Workload):
 
     async def _edit(self, admin: AdminClient, master: str, name: str, made: list[str],
                     versions: dict[str, int]) -> None:
-        if self.rng.random() < 0.5:
+        edit = self.rng.choice(("password", "user_status", "user_type", "update-acl", "delete-acl", "delete-user"))
+        if edit == "password":
             versions[name] += 1
             password = f"{name}-{versions[name]}"
             await self._change(admin, master, "update-user", name, pb.AuthUser(username=name, password=password),
                                password=password)
+        elif edit in ("user_status", "user_type"):
+            value = self.rng.choice(("enable", "disable") if edit == "user_status" else ("Normal", "Super"))
+            await self._change(admin, master, "update-user", name, pb.AuthUser(username=name, **{edit: value}),
+                               **{edit: value})
+        elif edit == "update-acl":
+            resource, actions = self.rng.choice(((ACCESS_GROUP, ["Sub"]), (f"Topic:{self.topic}", ["Pub", "Sub"])))
+            entry = pb.AclEntry(resource=resource, actions=actions, decision="Allow")
+            await self._change(admin, master, "update-acl", name, pb.Acl(subject=f"User:{name}", entries=[entry]),
+                               resource=resource, grant=access_grant(actions, entry.decision))
+        elif edit == "delete-acl":
+            resource = self.rng.choice((ACCESS_GROUP, f"Topic:{self.topic}"))
+            await self._change(admin, master, "delete-acl", name,
+                               pb.AclRequest(subject=f"User:{name}", resources=[resource]), resource=resource)
         elif await self._change(admin, master, "delete-user", name, pb.UserRequest(username=name)) == "ok":
             made.remove(name)
 

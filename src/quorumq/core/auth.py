@@ -30,7 +30,7 @@ UNKNOWN_OR_WRONG = "unknown access key or wrong signature"  # an HMAC-SHA1 in he
 
 
 class UserType(Enum):
-    SUPER = "Super"  # may do everything (the only kind this slice knows: no authorization yet)
+    SUPER = "Super"  # may do everything, whatever the rules say
     NORMAL = "Normal"
 
 
