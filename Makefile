@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security clean
+.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security bench-rpc-servers clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -80,6 +80,7 @@ bench: setup
 	$(MAKE) --no-print-directory bench-fifo
 	$(MAKE) --no-print-directory bench-timers
 	$(MAKE) --no-print-directory bench-security
+	$(MAKE) --no-print-directory bench-rpc-servers
 
 # BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
 # worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
@@ -137,6 +138,11 @@ bench-timers: setup
 # ARGS adds options of bench/bench_security.py (e.g. ARGS="--base-port 62000 --repeat 1 --seconds 2").
 bench-security: setup
 	$(PY) bench/bench_security.py --wait-quiet 30 $(ARGS)
+
+# Issue 24: the server CPU of a unary v5 call on grpc.aio, grpc.aio on uvloop and grpc's threaded
+# server, 5 rounds (about 3 minutes). ARGS adds options of bench/bench_rpc_servers.py.
+bench-rpc-servers: setup
+	$(PY) bench/bench_rpc_servers.py --repeat 5 --wait-quiet 30 $(ARGS)
 
 clean:
 	rm -rf run .pytest_cache
