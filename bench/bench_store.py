@@ -2,9 +2,10 @@
 
 Cases: appends in batches of 256 with ASYNC_FLUSH (no sync on the path), with one flush (fdatasync)
 per batch, and with SYNC_FLUSH group commit (several producers awaiting the Flusher); then a clean
-open of that store (which checks every record and consume-queue entry) and get_messages reading
-everything back 32 at a time. Prints a table and writes
-bench/results/store.json. Run: .venv/bin/python bench/bench_store.py [--messages N]
+open of that store (which checks every record and consume-queue entry), get_messages reading
+everything back 32 at a time, and a slave's copy of it: read_raw 256 KiB at a time (as the master's
+replication stream reads) and append_raw into an empty store (which checks and indexes each
+record). Prints a table and writes bench/results/store.json. Run: .venv/bin/python bench/bench_store.py [--messages N]
 """
 
 import argparse
@@ -113,6 +114,27 @@ def read_all(root: Path) -> float:
     return read / elapsed
 
 
+REPLICATION_READ_BYTES = 256 * 1024
+
+
+def replicate(source: Path, target: Path) -> float:
+    """Records per second a slave's store appends from the master's log (append_raw), the reads
+    of the master's log (read_raw) not counted."""
+    master, slave = open_store(source), open_store(target)
+    chunks, offset = [], 0
+    while chunk := master.read_raw(offset, REPLICATION_READ_BYTES):
+        chunks.append((offset, chunk))
+        offset += len(chunk)
+    started = time.perf_counter()
+    for at, chunk in chunks:
+        slave.append_raw(at, chunk)
+    elapsed = time.perf_counter() - started
+    messages = sum(slave.queue_max_offset("BenchTopic", q) for q in slave.topic_queue_ids("BenchTopic"))
+    master.close()
+    slave.close()
+    return messages / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -122,7 +144,7 @@ def main() -> None:
     work.mkdir(exist_ok=True)
     runs: dict[str, list[float]] = {"append_async": [], "append_flush_per_batch": [],
                                     "append_sync_group_commit": [], "open_checking_every_record": [],
-                                    "get_messages": []}
+                                    "get_messages": [], "replicate_append_raw": []}
     batches_per_sync = []
     for _ in range(REPEATS):
         root = Path(tempfile.mkdtemp(dir=work))
@@ -130,6 +152,7 @@ def main() -> None:
             runs["append_async"].append(append_async(root / "async", batches))
             runs["open_checking_every_record"].append(open_checked(root / "async", len(batches) * BATCH))
             runs["get_messages"].append(read_all(root / "async"))
+            runs["replicate_append_raw"].append(replicate(root / "async", root / "slave"))
             runs["append_flush_per_batch"].append(append_flush_each(root / "flush", batches))
             rate, per_sync = append_group_commit(root / "group", batches)
             runs["append_sync_group_commit"].append(rate)
