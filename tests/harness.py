@@ -114,10 +114,10 @@ def free_base_port(span: int = PORT_SPAN) -> int:
     raise RuntimeError(f"no {span} consecutive free ports in {PORT_RANGE}")
 
 
-def cli(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run `quorumq ARGS` with this interpreter; never raises on a non-zero exit."""
+def cli(*args: str, timeout: float = CLI_TIMEOUT_S, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run `quorumq ARGS` with this interpreter, `stdin` its input; never raises on a non-zero exit."""
     return subprocess.run([sys.executable, "-m", "quorumq.cli.main", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
 def process_state(pid: int) -> str | None:

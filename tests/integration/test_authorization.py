@@ -62,8 +62,8 @@ def broker(cluster: dict, role: str) -> dict:
     return next(p for p in cluster["processes"] if p["kind"] == "broker" and p["role"] == role)
 
 
-def admin(cluster: dict, *args: str, ak: str = ROOT, sk: str = ROOT_SECRET):
-    return cli("admin", args[0], "-n", cluster["access_point"], "--ak", ak, "--sk", sk, *args[1:])
+def admin(cluster: dict, *args: str, ak: str = ROOT, sk: str = ROOT_SECRET, stdin: str | None = None):
+    return cli("admin", args[0], "-n", cluster["access_point"], "--ak", ak, "--sk", sk, *args[1:], stdin=stdin)
 
 
 def ok(result) -> str:
@@ -81,7 +81,8 @@ def user(secured) -> dict:
     cluster = secured["cluster"]
     for topic in ("TA", "TB", "TC"):
         ok(admin(secured, "updateTopic", "-t", names[topic], "-c", cluster, "-r", "1", "-w", "1"))
-    ok(admin(secured, "createUser", "-u", names["name"], "-p", names["password"], "-c", cluster))
+    # The password from the input (`-p -`), off the command line; the user signs with it below.
+    ok(admin(secured, "createUser", "-u", names["name"], "-p", "-", "-c", cluster, stdin=names["password"] + "\n"))
     subject = f"User:{names['name']}"
     ok(admin(secured, "createAcl", "-s", subject, "-r", f"Topic:{names['TA']}", "-a", "Pub,Sub", "-d", "Allow",
              "-c", cluster))

@@ -308,18 +308,23 @@ async def change_access(args: argparse.Namespace, admin: AdminClient, method: st
     return Output({"brokers": addresses}, "\n".join(f"{what} on {a}" for a in addresses))
 
 
+PASSWORD_HELP = "the user's password; - reads it from the first line of the input, where ps cannot show it"
+
+
 def _user_change(args: argparse.Namespace) -> pb.AuthUser:
-    return pb.AuthUser(username=args.username, password=args.password or "", user_type=args.user_type or "",
+    password = sys.stdin.readline().rstrip("\r\n") if args.password == "-" else args.password or ""
+    return pb.AuthUser(username=args.username, password=password, user_type=args.user_type or "",
                        user_status=getattr(args, "user_status", None) or "")
 
 
-@command("createUser", "create a user on brokers", USER, arg("-p", "--password", required=True),
+@command("createUser", "create a user on brokers", USER, arg("-p", "--password", required=True, help=PASSWORD_HELP),
          arg("-t", "--user-type", help="Super or Normal (default)"), *BROKER_OR_CLUSTER)
 async def create_user(args: argparse.Namespace, admin: AdminClient) -> Output:
     return await change_access(args, admin, "CreateUser", _user_change(args), f"created user {args.username}")
 
 
-@command("updateUser", "change a user's password, type or status on brokers", USER, arg("-p", "--password"),
+@command("updateUser", "change a user's password, type or status on brokers", USER,
+         arg("-p", "--password", help=PASSWORD_HELP),
          arg("-t", "--user-type", help="Super or Normal"), arg("-s", "--user-status", help="enable or disable"),
          *BROKER_OR_CLUSTER)
 async def update_user(args: argparse.Namespace, admin: AdminClient) -> Output:
