@@ -497,6 +497,20 @@ def official_message(topic: str, body: bytes, tag: str | None = None, keys: str 
     return message
 
 
+def send_sync_and_async(producer: Producer, topic: str, count: int) -> dict[str, bytes]:
+    """`count` messages sent one at a time, then `count` sent at once (tag A, keys on the first
+    ones): message id -> body."""
+    sent = {}
+    for index in range(count):
+        receipt = producer.send(official_message(topic, f"sync-{index}".encode(), tag="A", keys=f"k{index}"))
+        sent[receipt.message_id] = f"sync-{index}".encode()
+    futures = [producer.send_async(official_message(topic, f"async-{index}".encode(), tag="A"))
+               for index in range(count)]
+    for index, future in enumerate(futures):
+        sent[future.result(timeout=10).message_id] = f"async-{index}".encode()
+    return sent
+
+
 def configuration(cluster) -> ClientConfiguration:
     return ClientConfiguration(cluster["access_point"], Credentials(), request_timeout=5)
 

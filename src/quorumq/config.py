@@ -26,6 +26,7 @@ class Kind(str, Enum):
     NAMESRV = "namesrv"
     BROKER = "broker"
     CONTROLLER = "controller"
+    PROXY = "proxy"
 
 
 def _bool(text: str) -> bool:
@@ -58,6 +59,8 @@ N = frozenset({Kind.NAMESRV})
 C = frozenset({Kind.CONTROLLER})
 BN = frozenset({Kind.BROKER, Kind.NAMESRV})
 BNC = frozenset({Kind.BROKER, Kind.NAMESRV, Kind.CONTROLLER})
+BP = frozenset({Kind.BROKER, Kind.PROXY})
+EVERY = frozenset(Kind)
 
 KEYS: dict[str, Key] = {
     # Identity and addresses.
@@ -65,10 +68,11 @@ KEYS: dict[str, Key] = {
     "brokerName": Key(str, "broker-a", B),
     "brokerId": Key(int, 0, B),
     "brokerRole": Key(_choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", B),
-    "namesrvAddr": Key(str, "", B),
+    "namesrvAddr": Key(str, "", BP),
     "listenPort": Key(int, 10911, BNC),
+    "grpcServerPort": Key(int, 8081, frozenset({Kind.PROXY})),  # RocketMQ's proxy: its v5 port
     "haListenPort": Key(int, 10912, B),
-    "bindAddress": Key(str, "127.0.0.1", BNC),  # quorumq: where to listen
+    "bindAddress": Key(str, "127.0.0.1", EVERY),  # quorumq: where to listen
     "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients
     "brokerIP2": Key(str, "", B),  # the host slaves replicate from (haListenPort); empty: brokerIP1
     "advertisedAddress": Key(str, "", B),  # quorumq: host:port for clients when a proxy sits in front
@@ -80,7 +84,7 @@ KEYS: dict[str, Key] = {
     "flushDiskType": Key(_choice("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH", B),
     "flushIntervalCommitLog": Key(int, 500, B),
     "syncFlushTimeout": Key(int, 5000, B, live=True),
-    "maxMessageSize": Key(int, limits.MESSAGE_BODY_BYTES_DEFAULT, B, live=True),
+    "maxMessageSize": Key(int, limits.MESSAGE_BODY_BYTES_DEFAULT, BP, live=True),
     "flushConsumerOffsetInterval": Key(int, 5000, B, live=True),
     "fileReservedTime": Key(int, 72, B, live=True),
     "deleteWhen": Key(str, "04", B, live=True),
@@ -143,32 +147,32 @@ KEYS: dict[str, Key] = {
     "enablePreferredMaster": Key(_bool, False, C, live=True),
     # Connections to the gRPC port of every server (connection_limits.py). RocketMQ's proxy names the
     # first two; the others are quorumq's.
-    "grpcClientIdleTimeMills": Key(int, limits.CONNECTION_IDLE_MS_DEFAULT, BNC),
-    "grpcMaxConcurrentCallsPerConnection": Key(int, limits.CALLS_PER_CONNECTION_DEFAULT, BNC),
-    "grpcMaxConnections": Key(int, 0, BNC),  # 0: limits.connections_max of the soft RLIMIT_NOFILE
-    "grpcMaxConnectionsPerAddress": Key(int, limits.CONNECTIONS_PER_ADDRESS_DEFAULT, BNC),
-    "grpcPendingAnswerBytesPerConnection": Key(int, limits.PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT, BNC),
-    "grpcPendingAnswerBytesTotal": Key(int, limits.PENDING_ANSWER_BYTES_TOTAL_DEFAULT, BNC),
-    "grpcUnreadAnswerTimeoutMills": Key(int, limits.UNREAD_ANSWER_TIMEOUT_MS_DEFAULT, BNC),
+    "grpcClientIdleTimeMills": Key(int, limits.CONNECTION_IDLE_MS_DEFAULT, EVERY),
+    "grpcMaxConcurrentCallsPerConnection": Key(int, limits.CALLS_PER_CONNECTION_DEFAULT, EVERY),
+    "grpcMaxConnections": Key(int, 0, EVERY),  # 0: limits.connections_max of the soft RLIMIT_NOFILE
+    "grpcMaxConnectionsPerAddress": Key(int, limits.CONNECTIONS_PER_ADDRESS_DEFAULT, EVERY),
+    "grpcPendingAnswerBytesPerConnection": Key(int, limits.PENDING_ANSWER_BYTES_PER_CONNECTION_DEFAULT, EVERY),
+    "grpcPendingAnswerBytesTotal": Key(int, limits.PENDING_ANSWER_BYTES_TOTAL_DEFAULT, EVERY),
+    "grpcUnreadAnswerTimeoutMills": Key(int, limits.UNREAD_ANSWER_TIMEOUT_MS_DEFAULT, EVERY),
     # Metrics (RocketMQ 5's exporter keys; quorumq exports Prometheus only, at /metrics).
-    "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
-    "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
-    "metricsPromExporterPort": Key(int, 5557, BNC),
+    "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", EVERY),
+    "metricsPromExporterHost": Key(str, "", EVERY),  # empty: bindAddress
+    "metricsPromExporterPort": Key(int, 5557, EVERY),
     # Authentication and authorization (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every kind
     # knows them, so one `quorumq up --set` reaches all; the controller serves no v5 client yet.
-    "authenticationEnabled": Key(_bool, False, BNC),
-    "authorizationEnabled": Key(_bool, False, BNC),
-    "initAuthenticationUser": Key(auth.init_user, None, BNC, secret=True),
-    "innerClientAuthenticationCredentials": Key(auth.inner_credentials, None, BNC, secret=True),
+    "authenticationEnabled": Key(_bool, False, EVERY),
+    "authorizationEnabled": Key(_bool, False, EVERY),
+    "initAuthenticationUser": Key(auth.init_user, None, EVERY, secret=True),
+    "innerClientAuthenticationCredentials": Key(auth.inner_credentials, None, EVERY, secret=True),
     # quorumq: how far x-mq-date-time may lie from the server's clock; 0: not checked (core/auth.py).
-    "authenticationDateTimeWindowMillis": Key(int, 0, BNC),
+    "authenticationDateTimeWindowMillis": Key(int, 0, EVERY),
     # TLS on the gRPC port and the HA port (tls.py), RocketMQ's TlsSystemConfig keys. Its permissive
     # mode (TLS and plaintext on one port) is left out: a gRPC port serves one or the other.
-    "tls.server.mode": Key(_choice("disabled", "enforcing"), "disabled", BNC),
-    "tls.server.certPath": Key(str, "", BNC),  # PEM chain; also what this process presents as a client
-    "tls.server.keyPath": Key(str, "", BNC),
-    "tls.server.trustCertPath": Key(str, "", BNC),  # the CA of peers; empty: the system's roots
-    "tls.server.need.client.auth": Key(_choice("none", "require"), "none", BNC),  # require: mutual TLS
+    "tls.server.mode": Key(_choice("disabled", "enforcing"), "disabled", EVERY),
+    "tls.server.certPath": Key(str, "", EVERY),  # PEM chain; also what this process presents as a client
+    "tls.server.keyPath": Key(str, "", EVERY),
+    "tls.server.trustCertPath": Key(str, "", EVERY),  # the CA of peers; empty: the system's roots
+    "tls.server.need.client.auth": Key(_choice("none", "require"), "none", EVERY),  # require: mutual TLS
 }
 
 # Keys RocketMQ knows whose feature quorumq lacks, where ignoring them would leave an operator
@@ -310,6 +314,8 @@ class Config:
             self._check_broker()
         elif self.kind is Kind.CONTROLLER and not self._values["zookeeperAddress"]:
             raise QuorumqError(Error.CONFIG_INVALID, "a controller needs zookeeperAddress")
+        elif self.kind is Kind.PROXY:
+            self._check_proxy()
 
     def inner_credentials(self) -> auth.Credentials | None:
         """What this process signs its calls to other cluster members with."""
@@ -339,11 +345,22 @@ class Config:
                 raise QuorumqError(Error.CONFIG_INVALID, "tls.server.need.client.auth=require needs "
                                                          "tls.server.trustCertPath (the CA of client certificates)")
 
-    def _check_broker(self) -> None:
-        size = self._values["maxMessageSize"]
-        if not 0 < size <= limits.MESSAGE_BODY_BYTES_CEILING:
+    def _check_message_size(self) -> None:
+        if not 0 < self._values["maxMessageSize"] <= limits.MESSAGE_BODY_BYTES_CEILING:
             raise QuorumqError(Error.CONFIG_INVALID,
                                f"maxMessageSize must lie in 1..{limits.MESSAGE_BODY_BYTES_CEILING}")
+
+    def _check_proxy(self) -> None:
+        self._check_message_size()
+        if not self._values["namesrvAddr"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "a proxy needs namesrvAddr, where it learns the routes")
+        if self._values["authenticationEnabled"]:
+            raise QuorumqError(Error.CONFIG_INVALID, "a proxy does not check signatures yet; leave "
+                                                     "authenticationEnabled off (docs/proxy.md)")
+
+    def _check_broker(self) -> None:
+        self._check_message_size()
+        size = self._values["maxMessageSize"]
         try:
             limits.check_segment_size(self._values["mappedFileSizeCommitLog"], size)
         except ValueError as exc:

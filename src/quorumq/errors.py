@@ -86,6 +86,8 @@ class Error(Enum):
     SLAVE_PERSISTENCE_TIMEOUT = ErrorKind(403, True, "DEADLINE_EXCEEDED", "SLAVE_PERSISTENCE_TIMEOUT")
     # The replicator's sink could not store records on the destination and its policy is to fail.
     REPLICATION_FAILED = ErrorKind(404, True, "ABORTED", "INTERNAL_SERVER_ERROR")
+    # A proxy reached no replica of the broker group that owns a queue (proxy/service.py).
+    BROKER_UNREACHABLE = ErrorKind(405, True, "UNAVAILABLE", "PROXY_TIMEOUT")
     INTERNAL_ERROR = ErrorKind(500, True, "INTERNAL", "INTERNAL_ERROR")
     STORE_CORRUPTED = ErrorKind(501, False, "DATA_LOSS", "INTERNAL_ERROR")
 

@@ -10,6 +10,7 @@ from harness import (
     process_of,
     receive_all,
     restart_process,
+    send_sync_and_async,
     simple_consumer,
     started_producer,
     wait_registered,
@@ -21,14 +22,7 @@ def test_send_receive_ack(client_config, producer):
     topic = f"T{uuid.uuid4().hex[:8]}"
     consumer = simple_consumer(client_config, "G1", topic)
     try:
-        sent = {}
-        for index in range(20):
-            receipt = producer.send(official_message(topic, f"sync-{index}".encode(), tag="A", keys=f"k{index}"))
-            sent[receipt.message_id] = f"sync-{index}".encode()
-        futures = [producer.send_async(official_message(topic, f"async-{index}".encode(), tag="A"))
-                   for index in range(20)]
-        for index, future in enumerate(futures):
-            sent[future.result(timeout=10).message_id] = f"async-{index}".encode()
+        sent = send_sync_and_async(producer, topic, 20)
         received = receive_all(consumer, len(sent))
         assert {m.message_id: m.body for m in received} == sent
         assert all(m.tag == "A" and m.delivery_attempt == 1 for m in received)

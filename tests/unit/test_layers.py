@@ -149,3 +149,9 @@ def test_core_loads_no_io_and_no_protocol():
 def test_the_client_library_loads_no_server_code():
     servers = sorted(module for module in reached_from("client") if package(module) in CLIENT_FORBIDDEN)
     assert not servers, f"client/ loads {servers}"
+
+
+def test_the_proxy_loads_no_broker_or_store_code():
+    """A proxy holds no state: what it serves comes from the brokers and the name server."""
+    servers = sorted(module for module in reached_from("proxy") if package(module) in CLIENT_FORBIDDEN)
+    assert not servers, f"proxy/ loads {servers}"

@@ -1,5 +1,5 @@
-"""The `quorumq` command: run a name server, a broker or a controller, a local cluster (`up`), admin
-commands, or the dashboard."""
+"""The `quorumq` command: run a name server, a broker, a controller or a proxy, a local cluster
+(`up`), admin commands, or the dashboard."""
 
 import argparse
 import logging
@@ -30,6 +30,8 @@ def serve(kind: Kind, config_path: Path) -> int:
         from quorumq.process.namesrv import main as server_main
     elif kind is Kind.CONTROLLER:
         from quorumq.process.controller import main as server_main
+    elif kind is Kind.PROXY:
+        from quorumq.process.proxy import main as server_main
     else:
         from quorumq.process.broker import main as server_main
     try:
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quorumq", description=__doc__)
     parser.add_argument("--version", action="version", version=f"quorumq {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for kind in (Kind.NAMESRV, Kind.BROKER, Kind.CONTROLLER):
+    for kind in (Kind.NAMESRV, Kind.BROKER, Kind.CONTROLLER, Kind.PROXY):
         server = commands.add_parser(kind.value, help=f"run a {kind.value} until SIGTERM or SIGINT")
         server.add_argument("-c", "--config", required=True, type=Path, help="Java-properties config file")
         server.set_defaults(run=lambda args, kind=kind: serve(kind, args.config))

@@ -175,20 +175,34 @@ class Routes:
             raise ValueError("an access point is host:port")
         self._channels = channels
         self._timeout_s = timeout_s
-        self._cache: dict[str, tuple[float, list[RouteQueue]]] = {}
+        self._cache: dict[str, tuple[float, rpc.QueryRouteResponse, list[RouteQueue]]] = {}
         self._lock = asyncio.Lock()
 
     async def queues(self, topic: str) -> list[RouteQueue]:
+        response, queues = await self._route(topic)
+        check(response.status)
+        return queues
+
+    async def route(self, topic: str) -> rpc.QueryRouteResponse:
+        """The access point's answer for a topic, as it gave it (a proxy passes it on)."""
+        response, _ = await self._route(topic)
+        return response
+
+    async def _route(self, topic: str) -> tuple[rpc.QueryRouteResponse, list[RouteQueue]]:
+        """A route found is kept; one refused (no such topic yet) is asked again next time."""
         cached = self._cache.get(topic)
         if cached and time.monotonic() - cached[0] < ROUTE_TTL_S:
-            return cached[1]
+            return cached[1:]
         async with self._lock:  # one QueryRoute per topic, however many callers wait for it
             cached = self._cache.get(topic)
             if cached and time.monotonic() - cached[0] < ROUTE_TTL_S:
-                return cached[1]
-            queues = await self._query(topic)
-            self._cache[topic] = (time.monotonic(), queues)
-            return queues
+                return cached[1:]
+            response = await self._query(topic)
+            if response.status.code != v5.Code.OK:
+                return response, []
+            queues = _route_queues(response)
+            self._cache[topic] = (time.monotonic(), response, queues)
+            return response, queues
 
     def forget(self, topic: str) -> None:
         self._cache.pop(topic, None)
@@ -201,7 +215,7 @@ class Routes:
         where = f" on {broker_name}" if broker_name else ""
         raise ClientError("BAD_REQUEST", f"topic {topic} has no queue {queue_id}{where}")
 
-    async def _query(self, topic: str) -> list[RouteQueue]:
+    async def _query(self, topic: str) -> rpc.QueryRouteResponse:
         last_error: ClientError | None = None
         for access_point in self._access_points:
             host, port = access_point.rsplit(":", 1)
@@ -210,23 +224,24 @@ class Routes:
                 endpoints=v5.Endpoints(scheme=v5.AddressScheme.IPv4,
                                        addresses=[v5.Address(host=host, port=int(port))]))
             try:
-                response = await call(self._channels.messaging(access_point).QueryRoute, request,
-                                      self._timeout_s, self._channels.metadata)
+                return await call(self._channels.messaging(access_point).QueryRoute, request,
+                                  self._timeout_s, self._channels.metadata)
             except ClientError as error:
                 if not error.unreachable:
                     raise
                 last_error = error
-                continue
-            check(response.status)
-            # In controller mode the route lists each queue once per replica, master first, for the
-            # official clients, whose requests a replica forwards (protocol/v5.message_queues). This
-            # client's SendBatch only a master takes (a slave's refusal costs a backoff and a route
-            # query), and a slave's reads may lag: each queue is kept at its first entry.
-            queues: dict[tuple[str, int], RouteQueue] = {}
-            for queue in map(_route_queue, response.message_queues):
-                queues.setdefault((queue.broker_name, queue.queue_id), queue)
-            return [queues[key] for key in sorted(queues)]
         raise last_error
+
+
+def _route_queues(response: rpc.QueryRouteResponse) -> list[RouteQueue]:
+    """In controller mode the route lists each queue once per replica, master first, for the
+    official clients, whose requests a replica forwards (protocol/v5.message_queues). This client's
+    SendBatch only a master takes (a slave's refusal costs a backoff and a route query), and a
+    slave's reads may lag: each queue is kept at its first entry."""
+    queues: dict[tuple[str, int], RouteQueue] = {}
+    for queue in map(_route_queue, response.message_queues):
+        queues.setdefault((queue.broker_name, queue.queue_id), queue)
+    return [queues[key] for key in sorted(queues)]
 
 
 def _route_queue(queue: v5.MessageQueue) -> RouteQueue:

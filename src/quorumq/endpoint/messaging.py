@@ -33,10 +33,13 @@ from quorumq.protocol.v5 import (
     NO_NEW_MESSAGE,
     OK,
     UnservedMessagingService,
-    backoff_policy,
+    answers,
+    assignments,
     error_status,
+    failure_status,
     group_name,
     route_response,
+    settings_reply,
     status,
     topic_name,
 )
@@ -54,30 +57,6 @@ LEASE_RECHECK_S = 1.0  # a long poll also wakes this often to find expired lease
 _NO_GROUP = "-"  # settings that name no group get the defaults of a group
 # A producer's resolution; an unspecified one (its checker answered UNKNOWN) decides nothing.
 _DECISIONS = {v5.TransactionResolution.COMMIT: Decision.COMMIT, v5.TransactionResolution.ROLLBACK: Decision.ROLLBACK}
-
-
-def failure_status(exc: Exception, handler_name: str) -> v5.Status:
-    """The status for a failed request: its catalogue entry, or INTERNAL_ERROR for a bug (logged)."""
-    if isinstance(exc, QuorumqError):
-        return error_status(exc)
-    log.error("%s failed", handler_name, exc_info=exc)
-    return status(Error.INTERNAL_ERROR, "the broker failed; see its log")
-
-
-def answers(response_type):
-    """Turn a failure in a unary handler into a response with a status; the server keeps serving."""
-
-    def wrap(handler):
-        @functools.wraps(handler)
-        async def guarded(self, request, context):
-            try:
-                return await handler(self, request, context)
-            except Exception as exc:
-                return response_type(status=failure_status(exc, handler.__name__))
-
-        return guarded
-
-    return wrap
 
 
 def _seconds(duration: Duration) -> float:
@@ -187,7 +166,7 @@ class MessagingService(UnservedMessagingService):
                     check_settings(command.settings)  # authorization: Pub on what it publishes, Sub on what it reads
                     reply = v5s.TelemetryCommand(status=OK, settings=self._settings_reply(command.settings))
                 except Exception as exc:
-                    reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry"))
+                    reply = v5s.TelemetryCommand(status=failure_status(exc, "Telemetry", self.serving))
                 accepted = reply.status.code == CODE_OK
                 if session is None and self.broker.metrics is not None and accepted:
                     session = self.broker.metrics.session_opened(command.settings, context.invocation_metadata())
@@ -209,32 +188,13 @@ class MessagingService(UnservedMessagingService):
             outbox.put_nowait(None)
 
     def _settings_reply(self, settings: v5.Settings) -> v5.Settings:
-        """Echo the client's settings with the broker's values laid over (grpc-client.md section 4)."""
-        reply = v5.Settings()
-        reply.CopyFrom(settings)
-        reply.metric.on = False
-        if settings.HasField("publishing"):
-            reply.publishing.max_body_size = self.broker.config["maxMessageSize"]
-            reply.publishing.validate_message_type = True
-            if not settings.HasField("backoff_policy"):
-                reply.backoff_policy.max_attempts = 3
-                reply.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
-                reply.backoff_policy.exponential_backoff.max.FromSeconds(1)
-                reply.backoff_policy.exponential_backoff.multiplier = 2.0
-        elif settings.HasField("subscription"):
-            # The group's subscription config (RocketMQ's defaults for one never configured).
-            subscription = reply.subscription
-            group = SubscriptionGroup(_NO_GROUP)
-            if subscription.HasField("group") and subscription.group.name:
-                name = group_name(subscription.group)
-                self.broker.consumers.touch(name)
-                group = self.broker.consumers.group(name)
-            subscription.fifo = group.consume_message_orderly
-            subscription.receive_batch_size = limits.CONSUMER_RECEIVE_BATCH_SIZE
-            if not subscription.HasField("long_polling_timeout"):
-                subscription.long_polling_timeout.FromSeconds(limits.LONG_POLL_SECONDS_DEFAULT)
-            reply.backoff_policy.CopyFrom(backoff_policy(group))
-        return reply
+        """The group's subscription config (RocketMQ's defaults for one never configured)."""
+        group = SubscriptionGroup(_NO_GROUP)
+        if settings.HasField("subscription") and settings.subscription.group.name:
+            name = group_name(settings.subscription.group)
+            self.broker.consumers.touch(name)
+            group = self.broker.consumers.group(name)
+        return settings_reply(settings, self.broker.config["maxMessageSize"], group)
 
     @answers(v5s.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
@@ -242,20 +202,7 @@ class MessagingService(UnservedMessagingService):
 
     @answers(v5s.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
-        """One assignment per broker, queue id -1: the broker pops from all its queues, as the proxy does."""
-        route = await self.route_lookup(topic_name(request.topic))
-        response = route_response(route, request.topic)
-        if response.status.code != v5.Code.OK:
-            return v5s.QueryAssignmentResponse(status=response.status)
-        by_broker = {}
-        for queue in response.message_queues:
-            by_broker.setdefault(queue.broker.name, queue)
-        assignments = []
-        for queue in by_broker.values():
-            queue.id = -1
-            queue.permission = v5.Permission.READ_WRITE
-            assignments.append(v5.Assignment(message_queue=queue))
-        return v5s.QueryAssignmentResponse(status=OK, assignments=assignments)
+        return assignments(route_response(await self.route_lookup(topic_name(request.topic)), request.topic))
 
     # Sending.
 
@@ -307,7 +254,7 @@ class MessagingService(UnservedMessagingService):
         try:
             answers = await self._receive(request, context)
         except Exception as exc:
-            yield v5s.ReceiveMessageResponse(status=failure_status(exc, "ReceiveMessage"))
+            yield v5s.ReceiveMessageResponse(status=failure_status(exc, "ReceiveMessage", self.serving))
             return
         if not answers:
             yield v5s.ReceiveMessageResponse(status=NO_NEW_MESSAGE)
@@ -479,7 +426,7 @@ class MessagingService(UnservedMessagingService):
         try:
             result = await self._pull(request, context)
         except Exception as exc:
-            yield v5s.PullMessageResponse(status=failure_status(exc, "PullMessage"))
+            yield v5s.PullMessageResponse(status=failure_status(exc, "PullMessage", self.serving))
             return
         if result.status is GetStatus.OFFSET_OVERFLOW_BADLY:
             yield v5s.PullMessageResponse(status=status(Error.ILLEGAL_OFFSET,

@@ -1,6 +1,7 @@
 """Translation between quorumq's types and the RocketMQ v5 protocol messages, and the base of
 every v5 servicer."""
 
+import functools
 import ipaddress
 import logging
 
@@ -31,6 +32,30 @@ def status(error: Error, detail: str) -> v5.Status:
 
 def error_status(exc: QuorumqError) -> v5.Status:
     return v5.Status(code=v5_code(exc.error), message=str(exc))
+
+
+def failure_status(exc: Exception, handler_name: str, serving: str) -> v5.Status:
+    """The status for a failed request: its catalogue entry, or INTERNAL_ERROR for a bug (logged)."""
+    if isinstance(exc, QuorumqError):
+        return error_status(exc)
+    log.error("%s failed", handler_name, exc_info=exc)
+    return status(Error.INTERNAL_ERROR, f"{serving} failed; see its log")
+
+
+def answers(response_type):
+    """Turn a failure in a unary handler into a response with a status; the server keeps serving."""
+
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def guarded(self, request, context):
+            try:
+                return await handler(self, request, context)
+            except Exception as exc:
+                return response_type(status=failure_status(exc, handler.__name__, self.serving))
+
+        return guarded
+
+    return wrap
 
 
 def resource_name(resource: v5.Resource) -> str:
@@ -124,6 +149,68 @@ def route_response(route: pb.TopicRoute | None, topic: v5.Resource) -> v5s.Query
     if not queues:
         return v5s.QueryRouteResponse(status=status(Error.TOPIC_NOT_FOUND, f"no route for topic {topic.name}"))
     return v5s.QueryRouteResponse(status=OK, message_queues=queues)
+
+
+def proxied_route(response: v5s.QueryRouteResponse, topic: v5.Resource,
+                  address: str) -> v5s.QueryRouteResponse:
+    """A route as a proxy answers it (proxy/service.py): each queue once, on the proxy's own
+    address, so the client talks to proxies alone. A controller-mode group lists each queue once
+    per replica (message_queues); behind a proxy the proxy moves between them."""
+    if response.status.code != v5.Code.OK:
+        return response
+    answer = v5s.QueryRouteResponse(status=response.status)
+    seen = set()
+    where = endpoints(address)
+    for queue in response.message_queues:
+        if (queue.broker.name, queue.id) in seen:
+            continue
+        seen.add((queue.broker.name, queue.id))
+        added = answer.message_queues.add()
+        added.CopyFrom(queue)
+        added.topic.CopyFrom(topic)
+        added.broker.endpoints.CopyFrom(where)
+    return answer
+
+
+def assignments(route: v5s.QueryRouteResponse) -> v5s.QueryAssignmentResponse:
+    """One assignment per broker group, queue id -1: the broker pops from all its queues, as
+    RocketMQ's proxy does."""
+    if route.status.code != v5.Code.OK:
+        return v5s.QueryAssignmentResponse(status=route.status)
+    by_broker: dict[str, v5.MessageQueue] = {}
+    for queue in route.message_queues:
+        by_broker.setdefault(queue.broker.name, queue)
+    answer = v5s.QueryAssignmentResponse(status=OK)
+    for queue in by_broker.values():
+        assigned = answer.assignments.add().message_queue
+        assigned.CopyFrom(queue)
+        assigned.id = -1
+        assigned.permission = v5.Permission.READ_WRITE
+    return answer
+
+
+def settings_reply(settings: v5.Settings, max_body_bytes: int, group: SubscriptionGroup) -> v5.Settings:
+    """A Telemetry settings command answered: the client's settings with the server's values laid
+    over (grpc-client.md section 4); `group` is the subscription config of a consumer's group."""
+    reply = v5.Settings()
+    reply.CopyFrom(settings)
+    reply.metric.on = False
+    if settings.HasField("publishing"):
+        reply.publishing.max_body_size = max_body_bytes
+        reply.publishing.validate_message_type = True
+        if not settings.HasField("backoff_policy"):
+            reply.backoff_policy.max_attempts = 3
+            reply.backoff_policy.exponential_backoff.initial.FromMilliseconds(10)
+            reply.backoff_policy.exponential_backoff.max.FromSeconds(1)
+            reply.backoff_policy.exponential_backoff.multiplier = 2.0
+    elif settings.HasField("subscription"):
+        subscription = reply.subscription
+        subscription.fifo = group.consume_message_orderly
+        subscription.receive_batch_size = limits.CONSUMER_RECEIVE_BATCH_SIZE
+        if not subscription.HasField("long_polling_timeout"):
+            subscription.long_polling_timeout.FromSeconds(limits.LONG_POLL_SECONDS_DEFAULT)
+        reply.backoff_policy.CopyFrom(backoff_policy(group))
+    return reply
 
 
 def backoff_policy(group: SubscriptionGroup) -> v5.RetryPolicy:

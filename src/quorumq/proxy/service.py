@@ -1,0 +1,266 @@
+"""The proxy's RocketMQ v5 MessagingService: a stateless front for the brokers of a cluster, as
+RocketMQ 5's proxy in cluster mode.
+
+Routes come from the name server with every endpoint the proxy's own address, so the official
+client talks to proxies alone; settings, heartbeats and terminations are answered here. Every call
+on a queue goes to the broker group that owns it: a receive, an offset call or a pull names its
+queue's group; an ack, a change of invisible duration, a dead-lettering or a transaction's end
+carries a handle the proxy prefixed with the group's name (core/proxy_handles.py); a send goes to
+the group the proxy picks. A call tries the group's addresses master first: in controller mode a
+replica forwards to the master the controller named (endpoint/forwarding.py), so a proxy reaches a
+new master without waiting for the name server.
+"""
+
+import itertools
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+
+from quorumq.client.routes import Channels, Routes
+from quorumq.core.proxy_handles import send_broker, unwrap, wrap
+from quorumq.core.subscription import SubscriptionGroup
+from quorumq.core.timers import decode_recall_handle
+from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.v5 import (
+    OK,
+    UnservedMessagingService,
+    answers,
+    assignments,
+    failure_status,
+    forwarded_metadata,
+    group_name,
+    proxied_route,
+    settings_reply,
+    topic_name,
+)
+
+log = logging.getLogger("quorumq.proxy")
+
+CODE_OK = v5.Code.OK
+_WRITABLE = frozenset({v5.Permission.WRITE, v5.Permission.READ_WRITE})
+
+
+def _failed(broker_name: str, failure: grpc.aio.AioRpcError) -> QuorumqError:
+    """A call the broker failed at the gRPC level (a deadline passed, say): the broker answers
+    its own refusals in v5 statuses, which go back as they are."""
+    return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {failure.code().name} "
+                                                  f"{failure.details()}")
+
+
+class ProxyMessagingService(UnservedMessagingService):
+    serving = "the proxy"
+
+    def __init__(self, address: str, routes: Routes, channels: Channels, max_body_bytes: int) -> None:
+        self.address = address  # what clients reach this proxy at, in every route it answers
+        self.routes = routes
+        self.channels = channels
+        self.max_body_bytes = max_body_bytes
+        self._brokers: dict[str, list[str]] = {}  # broker group -> its v5 addresses, master first
+        self._learnt: dict[str, v5s.QueryRouteResponse] = {}  # topic -> the route _brokers was read from
+        self._send_turn = itertools.count()
+
+    # Routes and the broker groups behind them.
+
+    async def _route(self, topic: v5.Resource) -> v5s.QueryRouteResponse:
+        name = topic_name(topic)
+        response = await self.routes.route(name)
+        if self._learnt.get(name) is not response:  # a route read afresh: its addresses may be new
+            addresses: dict[str, list[str]] = {}
+            for queue in response.message_queues:
+                where = addresses.setdefault(queue.broker.name, [])
+                for address in queue.broker.endpoints.addresses:
+                    if f"{address.host}:{address.port}" not in where:
+                        where.append(f"{address.host}:{address.port}")
+            self._brokers.update(addresses)
+            self._learnt[name] = response
+        return response
+
+    async def _addresses(self, broker_name: str, topic: v5.Resource) -> list[str]:
+        if broker_name not in self._brokers:
+            await self._route(topic)
+        addresses = self._brokers.get(broker_name)
+        if not addresses:
+            raise QuorumqError(Error.BROKER_NOT_FOUND, f"no broker group {broker_name} serves topic {topic.name}")
+        return addresses
+
+    def _unreachable(self, broker_name: str, topic: v5.Resource, failure: grpc.aio.AioRpcError | None) -> QuorumqError:
+        """No address of the group answered: the next call reads the route afresh."""
+        self.routes.forget(topic_name(topic))
+        self._brokers.pop(broker_name, None)
+        detail = failure.details() if failure is not None else "no address"
+        return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {detail}")
+
+    async def _unary(self, method: str, broker_name: str, topic: v5.Resource, request, context):
+        """`method` of the group's v5 service, with the client's headers (its signature the broker
+        checks). An unreachable address passes the call to the next; any other failure is the
+        client's, as the broker gave it."""
+        failure = None
+        for address in await self._addresses(broker_name, topic):
+            try:
+                return await getattr(self.channels.messaging(address), method)(
+                    request, timeout=context.time_remaining(), metadata=forwarded_metadata(context))
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                    raise _failed(broker_name, exc) from None
+                failure = exc
+        raise self._unreachable(broker_name, topic, failure)
+
+    async def _stream(self, method: str, broker_name: str, topic: v5.Resource, request, context) -> AsyncIterator:
+        """As _unary for a server stream; once part of the answer went to the client, a failure
+        ends the call (a second answer from elsewhere could repeat or skip messages)."""
+        failure = None
+        for address in await self._addresses(broker_name, topic):
+            answered = False
+            try:
+                async for response in getattr(self.channels.messaging(address), method)(
+                        request, timeout=context.time_remaining(), metadata=forwarded_metadata(context)):
+                    answered = True
+                    yield response
+                return
+            except grpc.aio.AioRpcError as exc:
+                if answered:
+                    raise  # the client's call fails, as the broker's did
+                if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                    raise _failed(broker_name, exc) from None
+                failure = exc
+        raise self._unreachable(broker_name, topic, failure)
+
+    @answers(v5s.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        return proxied_route(await self._route(request.topic), request.topic, self.address)
+
+    @answers(v5s.QueryAssignmentResponse)
+    async def QueryAssignment(self, request, context):
+        return assignments(proxied_route(await self._route(request.topic), request.topic, self.address))
+
+    # Client sessions, answered here.
+
+    @answers(v5s.HeartbeatResponse)
+    async def Heartbeat(self, request, context):
+        return v5s.HeartbeatResponse(status=OK)
+
+    @answers(v5s.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context):
+        return v5s.NotifyClientTerminationResponse(status=OK)
+
+    async def Telemetry(self, request_iterator, context):
+        """Each settings command answered with the proxy's values and a group's default config
+        (not yet the config the brokers hold for it); no transaction checks come this way yet."""
+        async for command in request_iterator:
+            if not command.HasField("settings"):
+                continue
+            try:
+                subscription = command.settings.subscription
+                group = SubscriptionGroup(group_name(subscription.group) if subscription.group.name else "-")
+                yield v5s.TelemetryCommand(status=OK, settings=settings_reply(command.settings, self.max_body_bytes,
+                                                                              group))
+            except Exception as exc:
+                yield v5s.TelemetryCommand(status=failure_status(exc, "Telemetry", self.serving))
+
+    # Sending.
+
+    @answers(v5s.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        if not request.messages:
+            raise QuorumqError(Error.BATCH_TOO_LARGE, "a request carries at least one message")
+        first = request.messages[0]
+        route = await self._route(first.topic)
+        if route.status.code != CODE_OK:  # no route yet; RocketMQ's proxy answers so too
+            return v5s.SendMessageResponse(status=route.status)
+        writable = sorted({queue.broker.name for queue in route.message_queues if queue.permission in _WRITABLE})
+        if not writable:
+            raise QuorumqError(Error.NO_PERMISSION, f"topic {first.topic.name} has no writable queue")
+        system = first.system_properties
+        broker_name = send_broker(writable, system.message_group if system.HasField("message_group") else None,
+                                  next(self._send_turn))
+        response = await self._unary("SendMessage", broker_name, first.topic, request, context)
+        for message, entry in zip(request.messages, response.entries):
+            if message.system_properties.message_type == v5.MessageType.TRANSACTION and entry.status.code == CODE_OK:
+                entry.transaction_id = wrap(broker_name, entry.transaction_id)
+        return response
+
+    @answers(v5s.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        broker_name, transaction_id = unwrap(request.transaction_id, Error.INVALID_TRANSACTION_ID)
+        request.transaction_id = transaction_id
+        return await self._unary("EndTransaction", broker_name, request.topic, request, context)
+
+    @answers(v5s.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        _, broker_name, _, _ = decode_recall_handle(request.recall_handle)
+        return await self._unary("RecallMessage", broker_name, request.topic, request, context)
+
+    # SimpleConsumer: receive, ack, change invisible duration, dead letters.
+
+    async def ReceiveMessage(self, request, context):
+        broker_name = request.message_queue.broker.name
+        try:
+            async for response in self._stream("ReceiveMessage", broker_name, request.message_queue.topic,
+                                               request, context):
+                if response.HasField("message"):
+                    system = response.message.system_properties
+                    system.receipt_handle = wrap(broker_name, system.receipt_handle)
+                yield response
+        except QuorumqError as exc:
+            yield v5s.ReceiveMessageResponse(status=failure_status(exc, "ReceiveMessage", self.serving))
+
+    @answers(v5s.AckMessageResponse)
+    async def AckMessage(self, request, context):
+        """Each group's entries acked on it; the answer's entries carry the client's handles."""
+        parts: dict[str, v5s.AckMessageRequest] = {}
+        for entry in request.entries:
+            broker_name, handle = unwrap(entry.receipt_handle)
+            part = parts.get(broker_name)
+            if part is None:
+                part = parts[broker_name] = v5s.AckMessageRequest(group=request.group, topic=request.topic)
+            part.entries.add(message_id=entry.message_id, receipt_handle=handle)
+        answer = v5s.AckMessageResponse(status=OK)
+        for broker_name, part in parts.items():
+            response = await self._unary("AckMessage", broker_name, request.topic, part, context)
+            if response.status.code != CODE_OK and answer.status.code == CODE_OK:
+                answer.status.CopyFrom(response.status)
+            for entry in response.entries:
+                entry.receipt_handle = wrap(broker_name, entry.receipt_handle)
+            answer.entries.extend(response.entries)
+        return answer
+
+    @answers(v5s.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context):
+        broker_name, request.receipt_handle = unwrap(request.receipt_handle)
+        response = await self._unary("ChangeInvisibleDuration", broker_name, request.topic, request, context)
+        if response.receipt_handle:
+            response.receipt_handle = wrap(broker_name, response.receipt_handle)
+        return response
+
+    @answers(v5s.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        broker_name, request.receipt_handle = unwrap(request.receipt_handle)
+        return await self._unary("ForwardMessageToDeadLetterQueue", broker_name, request.topic, request, context)
+
+    # Offset-addressed reads and offsets: the queue names its group.
+
+    async def PullMessage(self, request, context):
+        queue = request.message_queue
+        try:
+            async for response in self._stream("PullMessage", queue.broker.name, queue.topic, request, context):
+                yield response
+        except QuorumqError as exc:
+            yield v5s.PullMessageResponse(status=failure_status(exc, "PullMessage", self.serving))
+
+    @answers(v5s.GetOffsetResponse)
+    async def GetOffset(self, request, context):
+        queue = request.message_queue
+        return await self._unary("GetOffset", queue.broker.name, queue.topic, request, context)
+
+    @answers(v5s.UpdateOffsetResponse)
+    async def UpdateOffset(self, request, context):
+        queue = request.message_queue
+        return await self._unary("UpdateOffset", queue.broker.name, queue.topic, request, context)
+
+    @answers(v5s.QueryOffsetResponse)
+    async def QueryOffset(self, request, context):
+        queue = request.message_queue
+        return await self._unary("QueryOffset", queue.broker.name, queue.topic, request, context)

@@ -1,0 +1,105 @@
+"""The official Python client through `quorumq proxy` in front of a broker group of three replicas
+that acknowledges a send once two hold it (SYNC_MASTER, inSyncReplicas 2): the client reaches the
+proxy alone, and its sends, receives, acks and invisible-duration changes reach the brokers."""
+
+import socket
+import uuid
+
+import grpc
+import pytest
+from rocketmq import ClientConfiguration, Credentials
+from rocketmq.grpc_protocol import definition_pb2 as v5
+from rocketmq.grpc_protocol import service_pb2 as v5s
+from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
+
+from harness import (
+    LocalCluster,
+    check_for,
+    free_base_port,
+    official_message,
+    receive_all,
+    send_sync_and_async,
+    simple_consumer,
+    start_process,
+    started_producer,
+    stop_process,
+    wait_registered,
+)
+
+
+def listening(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) == 0
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    """A 3-replica group with inSyncReplicas 2 and one proxy routing through its name server."""
+    directory = tmp_path_factory.mktemp("proxy")
+    cluster = LocalCluster(directory / "cluster", replicas=3,
+                           sets={"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2"})
+    process = None
+    try:
+        info = cluster.start()
+        wait_registered(info)
+        address = f"127.0.0.1:{free_base_port(1)}"
+        config = directory / "proxy.conf"
+        config.write_text(f"namesrvAddr={info['access_point']}\ngrpcServerPort={address.rsplit(':', 1)[1]}\n")
+        process = {"kind": "proxy", "config": str(config), "log": str(directory / "proxy.log"), "address": address}
+        start_process(process)
+        check_for(30, 0.05, lambda: listening(address), "the proxy listens")
+        yield process
+    finally:
+        if process is not None:
+            stop_process(process)
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def client_config(proxy):
+    return ClientConfiguration(proxy["address"], Credentials(), request_timeout=5)
+
+
+def test_routes_name_the_proxy_alone(proxy):
+    topic = f"T{uuid.uuid4().hex[:8]}"
+    with grpc.insecure_channel(proxy["address"]) as channel:
+        response = v5_grpc.MessagingServiceStub(channel).QueryRoute(
+            v5s.QueryRouteRequest(topic=v5.Resource(name=topic)), timeout=10)
+    assert response.status.code == v5.Code.OK
+    addresses = {f"{a.host}:{a.port}" for q in response.message_queues for a in q.broker.endpoints.addresses}
+    assert addresses == {proxy["address"]}
+    assert len({(q.broker.name, q.id) for q in response.message_queues}) == len(response.message_queues)
+
+
+def test_send_receive_ack_through_the_proxy(client_config):
+    topic = f"T{uuid.uuid4().hex[:8]}"
+    producer = started_producer(client_config)
+    consumer = simple_consumer(client_config, "ProxyG1", topic)
+    try:
+        sent = send_sync_and_async(producer, topic, 15)
+        received = receive_all(consumer, len(sent))
+        assert {m.message_id: m.body for m in received} == sent
+        for message in received:
+            consumer.ack(message)
+        assert consumer.receive(32, 30) == [], "acked messages must not come back"
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+
+
+def test_change_invisible_duration_through_the_proxy(client_config):
+    topic = f"T{uuid.uuid4().hex[:8]}"
+    producer = started_producer(client_config)
+    consumer = simple_consumer(client_config, "ProxyG2", topic)
+    try:
+        producer.send(official_message(topic, b"nack-me"))
+        [message] = receive_all(consumer, 1, invisible_s=60)
+        consumer.change_invisible_duration(message, 1)
+        [again] = receive_all(consumer, 1, invisible_s=60, timeout_s=15)
+        assert (again.body, again.delivery_attempt) == (b"nack-me", 2)
+        consumer.ack(again)
+        assert consumer.receive(32, 30) == []
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
