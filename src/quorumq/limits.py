@@ -75,6 +75,10 @@ UNLIMITED_RECEIVE_LANGUAGES = frozenset({"JAVA", "GOLANG", "CPP", "PYTHON"})
 BATCH_MESSAGES_MAX = 1024
 BATCH_BYTES_MAX = 16 * MiB
 GRPC_MARGIN_BYTES = 1 * MiB  # headroom for protobuf framing above a body of maximal size
+# A proxy's calls in flight to one broker group per line of merged sends (core/send_batches.py):
+# two keep the broker busy while the next call fills, and make every call carry about half of
+# what is waiting.
+PROXY_SEND_CALLS_PER_LINE = 2
 
 
 def grpc_receive_bytes(max_message_size: int) -> int:

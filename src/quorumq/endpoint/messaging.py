@@ -29,6 +29,7 @@ from quorumq.core.transactions import Decision, encode_transaction_id
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.authentication import check_settings
+from quorumq.protocol.constants import EXPLICIT_QUEUE_HEADER
 from quorumq.protocol.v5 import (
     NO_NEW_MESSAGE,
     OK,
@@ -48,7 +49,6 @@ from quorumq.store import GetStatus, MessageIn
 
 log = logging.getLogger("quorumq.endpoint")
 
-EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"
 CODE_OK = v5.Code.OK  # enum look-ups through the generated wrapper are slow on the hot path
 TRANSACTION_TYPE = v5.MessageType.TRANSACTION
 POLL_MARGIN_S = 0.3  # answer a long poll this long before the client's deadline

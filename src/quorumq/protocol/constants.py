@@ -7,3 +7,6 @@ MASTER_ID = 0
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
+
+# quorumq: a v5 SendMessage with this header set to "1" goes to the queue ids its messages name.
+EXPLICIT_QUEUE_HEADER = "x-quorumq-explicit-queue"

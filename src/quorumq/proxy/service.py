@@ -24,6 +24,7 @@ from quorumq.core.proxy_handles import send_broker, unwrap, wrap
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.core.timers import decode_recall_handle
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.constants import EXPLICIT_QUEUE_HEADER
 from quorumq.protocol.v5 import (
     OK,
     UnservedMessagingService,
@@ -36,6 +37,7 @@ from quorumq.protocol.v5 import (
     settings_reply,
     topic_name,
 )
+from quorumq.proxy.sends import SendLines
 
 log = logging.getLogger("quorumq.proxy")
 
@@ -61,6 +63,8 @@ class ProxyMessagingService(UnservedMessagingService):
         self._brokers: dict[str, list[str]] = {}  # broker group -> its v5 addresses, master first
         self._learnt: dict[str, v5s.QueryRouteResponse] = {}  # topic -> the route _brokers was read from
         self._send_turn = itertools.count()
+        self._sends = SendLines(lambda broker_name, request, metadata, timeout_s: self._call(
+            "SendMessage", broker_name, request.messages[0].topic, request, metadata, timeout_s))
 
     # Routes and the broker groups behind them.
 
@@ -94,6 +98,11 @@ class ProxyMessagingService(UnservedMessagingService):
         return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {detail}")
 
     async def _unary(self, method: str, broker_name: str, topic: v5.Resource, request, context):
+        return await self._call(method, broker_name, topic, request, forwarded_metadata(context),
+                                context.time_remaining())
+
+    async def _call(self, method: str, broker_name: str, topic: v5.Resource, request, metadata: tuple,
+                    timeout_s: float | None):
         """`method` of the group's v5 service, with the client's headers (its signature the broker
         checks). An unreachable address passes the call to the next; any other failure is the
         client's, as the broker gave it."""
@@ -101,7 +110,7 @@ class ProxyMessagingService(UnservedMessagingService):
         for address in await self._addresses(broker_name, topic):
             try:
                 return await getattr(self.channels.messaging(address), method)(
-                    request, timeout=context.time_remaining(), metadata=forwarded_metadata(context))
+                    request, timeout=timeout_s, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.UNAVAILABLE:
                     raise _failed(broker_name, exc) from None
@@ -176,7 +185,14 @@ class ProxyMessagingService(UnservedMessagingService):
         system = first.system_properties
         broker_name = send_broker(writable, system.message_group if system.HasField("message_group") else None,
                                   next(self._send_turn))
-        response = await self._unary("SendMessage", broker_name, first.topic, request, context)
+        metadata = forwarded_metadata(context)
+        headers = dict(metadata)
+        if headers.get(EXPLICIT_QUEUE_HEADER) == "1":  # its queue ids are its own: not merged
+            response = await self._call("SendMessage", broker_name, first.topic, request, metadata,
+                                        context.time_remaining())
+        else:
+            key = (broker_name, topic_name(first.topic), headers.get("authorization", ""))
+            response = await self._sends.send(key, request, metadata, context.time_remaining())
         for message, entry in zip(request.messages, response.entries):
             if message.system_properties.message_type == v5.MessageType.TRANSACTION and entry.status.code == CODE_OK:
                 entry.transaction_id = wrap(broker_name, entry.transaction_id)

@@ -1,0 +1,33 @@
+"""How a proxy merges the sends of concurrent client calls into one call to a broker.
+
+Calls to one broker group, for one topic and signed by one user, wait in a line while that line's
+calls to the broker are in flight; as one returns, the next call carries the oldest waiting sends
+that fit the broker's bounds on one request (limits.BATCH_MESSAGES_MAX messages and
+BATCH_BYTES_MAX bytes of bodies). No timer: under light load a send leaves at once, under heavy
+load each broker call carries whatever arrived while the previous ones were out.
+"""
+
+from collections.abc import Sequence
+
+
+def take(waiting: Sequence[tuple[int, int]], count_max: int, bytes_max: int) -> int:
+    """How many of the `waiting` sends, (messages, body bytes) each, oldest first, the next broker
+    call carries: as many as fit both bounds, and at least one (a send above them alone, for the
+    broker to refuse as it would refuse it direct)."""
+    assert waiting and count_max > 0 and bytes_max > 0
+    count = size = 0
+    for taken, (messages, body_bytes) in enumerate(waiting):
+        count += messages
+        size += body_bytes
+        if taken and (count > count_max or size > bytes_max):
+            return taken
+    return len(waiting)
+
+
+def split(counts: Sequence[int]) -> list[slice]:
+    """Each merged send's entries of the broker's answer, which has one entry per message in order."""
+    slices, start = [], 0
+    for count in counts:
+        slices.append(slice(start, start + count))
+        start += count
+    return slices
