@@ -263,10 +263,13 @@ def dispatch_fields(view: memoryview | bytes, position: int) -> RecordFields:
     topic_start = position + HEADER.size
     topic_end = topic_start + header[TOPIC_LENGTH_FIELD]
     properties_start = topic_end + header[BORN_HOST_LENGTH_FIELD]
-    properties = bytes(view[properties_start:properties_start + header[PROPERTIES_LENGTH_FIELD]])
+    properties_end = properties_start + header[PROPERTIES_LENGTH_FIELD]
+    if isinstance(view, bytes):  # searched in place
+        tags = tags_of(view, properties_start, properties_end)
+    else:
+        tags = tags_of(bytes(view[properties_start:properties_end]))
     return RecordFields(str(view[topic_start:topic_end], "utf-8"), header[QUEUE_ID_FIELD],
-                        header[_QUEUE_OFFSET_FIELD], tag_hash(tags_of(properties)),
-                        header[SYS_FLAG_FIELD] == TOPIC_DELETION)
+                        header[_QUEUE_OFFSET_FIELD], tag_hash(tags), header[SYS_FLAG_FIELD] == TOPIC_DELETION)
 
 
 def message_property(data: bytes, position: int, name: str) -> str:

@@ -237,7 +237,7 @@ class Appender:
                     batch.runs.append((log_offset, position))
                 frame, size = check_frame(view, position, segment_end - log_offset, log_offset)
                 if frame is Frame.MESSAGE:
-                    deleted = self._stage_raw(view, position, log_offset, size, batch)
+                    deleted = self._stage_raw(data, position, log_offset, size, batch)
                 elif not (frame is Frame.BLANK and _whole_blank(data, position, size)):
                     raise QuorumqError(Error.BAD_REQUEST, f"raw data at commit-log offset {log_offset} is "
                                        f"not a whole valid record ({frame.name})")
@@ -258,18 +258,21 @@ class Appender:
         end = self._publish(batch).end_offset
         return self.append_raw(end, data[position:]) if position < len(data) else end
 
-    def _stage_raw(self, view: memoryview, position: int, log_offset: int, size: int, batch: _Batch) -> str | None:
+    def _stage_raw(self, data: bytes, position: int, log_offset: int, size: int, batch: _Batch) -> str | None:
         """Stage a master's record; returns the topic a deletion record deletes."""
         # A master's records are input like a client's: their topic and queue id name a directory,
         # so a name like `../..` must stop replication before any file is touched.
         try:
-            fields = codec.dispatch_fields(view, position)
+            fields = codec.dispatch_fields(data, position)
         except UnicodeDecodeError:
             raise QuorumqError(Error.ILLEGAL_TOPIC, f"record at {log_offset}: its topic is not UTF-8") from None
-        _check_queue_name(fields.topic, fields.queue_id)
+        queue = self._state.queue(fields.topic, fields.queue_id)
+        if queue is None:  # a queue that exists had its name checked when it was made
+            _check_queue_name(fields.topic, fields.queue_id)
         if fields.deletes_topic:
             return fields.topic
-        queue = self._state.queue_for_append(fields.topic, fields.queue_id)
+        if queue is None:
+            queue = self._state.new_queue(fields.topic, fields.queue_id)
         if queue.next_offset == 0 and self._state.min_offset > 0:  # a log that began past its start
             # The queue offset names the queue's first file. Every earlier record of the queue
             # lies below this one in the log, each at least a header long.
