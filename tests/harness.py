@@ -95,6 +95,13 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _listening(port: int) -> bool:
+    """Whether a server accepts connections on 127.0.0.1:port (a probe by bind could take the
+    port from a server about to bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 # The ranges handed out lately: a range is free until its cluster starts, so two clusters built
 # before either starts (a primary and its standby) must not be given overlapping ones.
 _HANDED_OUT: collections.deque[range] = collections.deque(maxlen=16)
@@ -258,6 +265,24 @@ def start_process(process: dict) -> None:
     # says no: a check right after this call would take the starting process for a dead one.
     while not pid_alive(child.pid) and child.poll() is None:
         time.sleep(0.005)
+
+
+@contextmanager
+def started_proxy(directory: Path, access_point: str):
+    """`quorumq proxy` routing through the name servers at `access_point`, listening; its process
+    dict ("address" is where clients reach it), stopped when the block ends, whatever happened."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_base_port(1)
+    config = directory / "proxy.conf"
+    config.write_text(f"namesrvAddr={access_point}\ngrpcServerPort={port}\n")
+    process = {"kind": "proxy", "config": str(config), "log": str(directory / "proxy.log"),
+               "address": f"127.0.0.1:{port}"}
+    start_process(process)
+    try:
+        check_for(30, 0.05, lambda: _listening(port), "the proxy listening")
+        yield process
+    finally:
+        stop_process(process)
 
 
 class Driver:

@@ -40,10 +40,15 @@ from harness import (
     log_end,
     log_since,
     metric,
+    official_message,
     page_text,
     pid_alive,
+    receive_all,
     scrape,
+    simple_consumer,
     start_process,
+    started_producer,
+    started_proxy,
     stop_process,
     v5_message,
     v5_send,
@@ -850,3 +855,40 @@ def test_a_master_killed_before_its_first_message_rejoins_as_a_slave(tmp_path):
         start_process(master)
         fresh.wait_in_sync()
         assert fresh.status(master)["brokerRole"] == "SLAVE"
+
+
+def test_the_official_client_through_a_proxy_keeps_sending_and_receiving_across_a_masters_sigkill(group, tmp_path):
+    """Issue 24: behind a proxy the official client knows no broker; when the master dies, the
+    proxy's calls reach the new master through a replica, and the client sends, receives and acks
+    on without a restart."""
+    topic = group.new_topic()
+    with started_proxy(tmp_path / "proxy", group.cluster["access_point"]) as proxy:
+        config = ClientConfiguration(proxy["address"], Credentials(), request_timeout=5)
+        producer = started_producer(config)
+        consumer = simple_consumer(config, "ProxyFailover", topic)
+        try:
+            assert consumer.receive(16, 30) == []  # the group's first receive fixes where it starts
+            before = {producer.send(official_message(topic, f"before-{i}".encode())).message_id for i in range(5)}
+            received = receive_all(consumer, len(before))
+            assert {m.message_id for m in received} == before
+            for message in received:
+                consumer.ack(message)
+            old_master = group.master()
+            stop_process(old_master, signal.SIGKILL)
+            assert group.master() is not old_master
+
+            def sent_after() -> str | None:
+                try:
+                    return producer.send(official_message(topic, b"after-0")).message_id
+                except Exception:  # the official client's failure while no master answers
+                    return None
+
+            after = {check_for(FAILOVER_S, 0.1, sent_after, "a send through the proxy to the new master")}
+            after |= {producer.send(official_message(topic, f"after-{i}".encode())).message_id for i in range(1, 5)}
+            received = receive_all(consumer, len(after))
+            assert after <= {m.message_id for m in received}
+            for message in received:
+                consumer.ack(message)
+        finally:
+            consumer.shutdown()
+            producer.shutdown()

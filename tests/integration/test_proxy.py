@@ -2,7 +2,6 @@
 that acknowledges a send once two hold it (SYNC_MASTER, inSyncReplicas 2): the client reaches the
 proxy alone, and its sends, receives, acks and invisible-duration changes reach the brokers."""
 
-import socket
 import uuid
 
 import grpc
@@ -14,23 +13,14 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import (
     LocalCluster,
-    check_for,
-    free_base_port,
     official_message,
     receive_all,
     send_sync_and_async,
     simple_consumer,
-    start_process,
     started_producer,
-    stop_process,
+    started_proxy,
     wait_registered,
 )
-
-
-def listening(address: str) -> bool:
-    host, port = address.rsplit(":", 1)
-    with socket.socket() as probe:
-        return probe.connect_ex((host, int(port))) == 0
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +29,12 @@ def proxy(tmp_path_factory):
     directory = tmp_path_factory.mktemp("proxy")
     cluster = LocalCluster(directory / "cluster", replicas=3,
                            sets={"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2"})
-    process = None
     try:
         info = cluster.start()
         wait_registered(info)
-        address = f"127.0.0.1:{free_base_port(1)}"
-        config = directory / "proxy.conf"
-        config.write_text(f"namesrvAddr={info['access_point']}\ngrpcServerPort={address.rsplit(':', 1)[1]}\n")
-        process = {"kind": "proxy", "config": str(config), "log": str(directory / "proxy.log"), "address": address}
-        start_process(process)
-        check_for(30, 0.05, lambda: listening(address), "the proxy listens")
-        yield process
+        with started_proxy(directory / "proxy", info["access_point"]) as process:
+            yield process
     finally:
-        if process is not None:
-            stop_process(process)
         cluster.stop()
 
 
