@@ -357,7 +357,7 @@ class LocalCluster:
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
                  base_port: int | None = None, replicas: int = 1, controllers: int = 0, zookeepers: int = 1,
-                 open_files: int | None = None, tls: bool = False) -> None:
+                 open_files: int | None = None, tls: bool = False, proxies: int = 0) -> None:
         self.directory = Path(directory)
         self.open_files = open_files  # a soft RLIMIT_NOFILE for `up` and the processes it starts
         self.base_port = base_port or free_base_port()
@@ -369,6 +369,8 @@ class LocalCluster:
             self.args += ["--controller", "--controllers", str(controllers), "--zookeepers", str(zookeepers)]
         if tls:
             self.args.append("--tls")
+        if proxies:
+            self.args += ["--proxies", str(proxies)]
         for key, value in {"mappedFileSizeCommitLog": str(TEST_SEGMENT_BYTES), **(sets or {})}.items():
             self.args += ["--set", f"{key}={value}"]
         for assignment in broker_sets:

@@ -71,6 +71,8 @@ KEYS: dict[str, Key] = {
     "namesrvAddr": Key(str, "", BP),
     "listenPort": Key(int, 10911, BNC),
     "grpcServerPort": Key(int, 8081, frozenset({Kind.PROXY})),  # RocketMQ's proxy: its v5 port
+    # quorumq: several proxies share grpcServerPort (SO_REUSEPORT; the kernel spreads connections).
+    "grpcServerReusePort": Key(_bool, False, frozenset({Kind.PROXY})),
     "haListenPort": Key(int, 10912, B),
     "bindAddress": Key(str, "127.0.0.1", EVERY),  # quorumq: where to listen
     "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients
@@ -155,9 +157,9 @@ KEYS: dict[str, Key] = {
     "grpcPendingAnswerBytesTotal": Key(int, limits.PENDING_ANSWER_BYTES_TOTAL_DEFAULT, EVERY),
     "grpcUnreadAnswerTimeoutMills": Key(int, limits.UNREAD_ANSWER_TIMEOUT_MS_DEFAULT, EVERY),
     # Metrics (RocketMQ 5's exporter keys; quorumq exports Prometheus only, at /metrics).
-    "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", EVERY),
-    "metricsPromExporterHost": Key(str, "", EVERY),  # empty: bindAddress
-    "metricsPromExporterPort": Key(int, 5557, EVERY),
+    "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
+    "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
+    "metricsPromExporterPort": Key(int, 5557, BNC),
     # Authentication and authorization (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every kind
     # knows them, so one `quorumq up --set` reaches all; the controller serves no v5 client yet.
     "authenticationEnabled": Key(_bool, False, EVERY),

@@ -249,7 +249,8 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                 authorization: Sequence[grpc.aio.ServerInterceptor] = ()) -> LimitedServer:
     """A gRPC server that owns `address` alone. gRPC sets SO_REUSEPORT by default, so a second
     process configured with a taken port would bind it too and silently take a share of its
-    connections (clients then reach whichever process the kernel picks); here it fails to start.
+    connections (clients then reach whichever process the kernel picks); here it fails to start,
+    unless its config shares the port on purpose (a proxy's grpcServerReusePort).
     `bounds`: what each method's request may hold, checked before it is parsed (MalformedRequests).
     `config` sets the limits on its connections (connection_limits.py) and whether it serves TLS
     (tls.py). `authentication` decides a call before its request is parsed (a cluster call's on its
@@ -264,7 +265,8 @@ def grpc_server(address: str, options: Sequence[tuple[str, object]] = (),
                   config["grpcPendingAnswerBytesPerConnection"], config["grpcPendingAnswerBytesTotal"],
                   config["grpcUnreadAnswerTimeoutMills"])
     limited = ConnectionLimits(peers, clock.monotonic_ms)
-    server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", 0)],
+    reuse_port = 1 if config.get("grpcServerReusePort") else 0  # proxies may share one port on purpose
+    server = grpc.aio.server(options=[*options, *connections, ("grpc.so_reuseport", reuse_port)],
                              interceptors=[limited, *authentication,
                                            MalformedRequests(bounds or {}), *authorization, *interceptors])
     credentials = tls.server_credentials(config)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness import LocalCluster, check_for, cli, free_base_port, pid_alive, process_of, stop_process
-from quorumq.cli.up import REPLICAS_MAX, plan
+from quorumq.cli.up import PROXIES_MAX, REPLICAS_MAX, plan
 from quorumq.client import AdminClient, Blocking, Message, Producer
 from quorumq.config import Kind, read_properties
 from quorumq.errors import QuorumqError
@@ -120,6 +120,18 @@ def test_up_reports_a_dead_broker_and_does_not_restart_it(tmp_path):
         assert not pid_alive(broker["pid"])
     finally:
         cluster.stop()
+
+
+def test_up_lays_out_proxies_on_one_shared_port(tmp_path):
+    processes = plan(tmp_path, 30000, brokers=2, cluster="C", sets=[("maxMessageSize", "1024")], broker_sets=[],
+                     proxies=3)
+    proxies = [p for p in processes if p.kind is Kind.PROXY]
+    assert [(p.name, p.port) for p in proxies] == [(f"proxy-{i}", 30094) for i in range(3)]
+    assert all(p.values == {"namesrvAddr": "127.0.0.1:30000", "grpcServerPort": "30094",
+                            "grpcServerReusePort": "true", "maxMessageSize": "1024"} for p in proxies)
+    for bad in (-1, PROXIES_MAX + 1):
+        with pytest.raises(QuorumqError, match="--proxies"):
+            plan(tmp_path, 30000, brokers=1, cluster="C", sets=[], broker_sets=[], proxies=bad)
 
 
 def test_up_lays_out_replica_groups(tmp_path):

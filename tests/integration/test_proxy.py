@@ -1,6 +1,7 @@
 """The official Python client through `quorumq proxy` in front of a broker group of three replicas
 that acknowledges a send once two hold it (SYNC_MASTER, inSyncReplicas 2): the client reaches the
-proxy alone, and its sends, receives, acks and invisible-duration changes reach the brokers."""
+proxies alone (two, on one port: `quorumq up --proxies 2`), and its sends, receives, acks and
+invisible-duration changes reach the brokers."""
 
 import uuid
 
@@ -14,28 +15,28 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from harness import (
     LocalCluster,
     official_message,
+    pid_alive,
     receive_all,
     send_sync_and_async,
     simple_consumer,
     started_producer,
-    started_proxy,
-    wait_registered,
 )
 
 
 @pytest.fixture(scope="module")
-def proxy(tmp_path_factory):
-    """A 3-replica group with inSyncReplicas 2 and one proxy routing through its name server."""
-    directory = tmp_path_factory.mktemp("proxy")
-    cluster = LocalCluster(directory / "cluster", replicas=3,
+def cluster(tmp_path_factory):
+    """A 3-replica group with inSyncReplicas 2 and two proxies routing through its name server."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("proxy"), replicas=3, proxies=2,
                            sets={"brokerRole": "SYNC_MASTER", "inSyncReplicas": "2"})
     try:
-        info = cluster.start()
-        wait_registered(info)
-        with started_proxy(directory / "proxy", info["access_point"]) as process:
-            yield process
+        yield cluster.start()
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(cluster):
+    return {"address": cluster["proxy_access_point"]}
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +86,9 @@ def test_change_invisible_duration_through_the_proxy(client_config):
     finally:
         consumer.shutdown()
         producer.shutdown()
+
+
+def test_up_runs_each_proxy_on_the_one_port(cluster):
+    proxies = [p for p in cluster["processes"] if p["kind"] == "proxy"]
+    assert len(proxies) == 2 and all(pid_alive(p["pid"]) for p in proxies)
+    assert {p["address"] for p in proxies} == {cluster["proxy_access_point"]}

@@ -72,7 +72,7 @@ def test_up_tls_settings_reach_every_process_kind(tmp_path):
     files = certs.paths(tmp_path / "tls")
     sets = [("tls.server.mode", "enforcing"), *((key, str(path)) for key, path in files.items())]
     planned = plan(tmp_path, 20000, 1, "C", sets, [], replicas=2, controllers=1)
-    assert {p.kind for p in planned} == set(Kind) - {Kind.PROXY}  # up starts no proxy yet
+    assert {p.kind for p in planned} == set(Kind) - {Kind.PROXY}  # proxies only with --proxies
     assert all(p.values["tls.server.mode"] == "enforcing" for p in planned)
 
 

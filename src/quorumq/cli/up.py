@@ -7,10 +7,10 @@ Ports are laid out from a base port P, all within P..P+199:
   dashboard               P+9 (`quorumq dashboard`, unless --no-dashboard)
   replica r of group i    P+10+10*i+2*r (gRPC), P+11+10*i+2*r (HA); r = 0 is the master
   ZooKeeper node z > 0    P+89+z (with --zookeepers 3 or 5)
-  P+94..P+99              kept for proxies
+  proxies                 P+94, all of them (--proxies N; SO_REUSEPORT, the kernel spreads connections)
   metrics                 each process's gRPC port + 100 (Prometheus, http://HOST:PORT/metrics)
   ZooKeeper peer ports    P+190+2*z (quorum), P+191+2*z (leader election) of node z, in an ensemble
-`--set metricsExporterType=DISABLE` turns the metrics off.
+`--set metricsExporterType=DISABLE` turns the metrics off (proxies have none yet).
 Every process gets a directory DIR/<name> holding its config, log and data. With --replicas N each
 broker name has a master (brokerId 0) and N-1 slaves (brokerRole SLAVE, brokerId r), and
 totalReplicas is N unless --set says otherwise; --set brokerRole applies to the masters.
@@ -72,6 +72,8 @@ ZOOKEEPER_NODES = (1, 3, 5)  # an ensemble of 2 or 4 survives no more failures t
 CONTROLLER_PORT_OFFSET = 2
 CONTROLLERS_MAX = 5
 DASHBOARD_PORT_OFFSET = 9  # free: the controllers end at P+6, the brokers begin at P+10
+PROXY_PORT_OFFSET = 94  # after the ZooKeeper nodes' P+90..P+93
+PROXIES_MAX = 8
 STOP_GRACE_S = 10.0
 READY_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -79,7 +81,8 @@ ROLE_POLL_INTERVAL_S = 0.5  # cluster.json follows a role change within about th
 LOG_TAIL_BYTES = 2000
 # Keys `up` assigns to lay out the cluster; --cluster sets brokerClusterName.
 MANAGED_KEYS = frozenset({"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "listenPort",
-                          "haListenPort", "storePathRootDir", "metricsPromExporterHost", "metricsPromExporterPort"})
+                          "haListenPort", "storePathRootDir", "metricsPromExporterHost", "metricsPromExporterPort",
+                          "grpcServerPort", "grpcServerReusePort"})
 PR_SET_PDEATHSIG = 1
 
 
@@ -175,9 +178,9 @@ def zookeeper_nodes(directory: Path, base_port: int, count: int) -> list[LocalZo
 
 def plan(directory: Path, base_port: int, brokers: int, cluster: str,
          sets: list[tuple[str, str]], broker_sets: list[tuple[int, str, str]], replicas: int = 1,
-         controllers: int = 0, zookeepers: int = 1) -> list[Planned]:
-    """The name server, the controllers and the brokers with their config values; raises
-    QuorumqError on bad input. With controllers, ZooKeeper's `zookeepers` nodes listen as
+         controllers: int = 0, zookeepers: int = 1, proxies: int = 0) -> list[Planned]:
+    """The name server, the controllers, the brokers and the proxies with their config values;
+    raises QuorumqError on bad input. With controllers, ZooKeeper's `zookeepers` nodes listen as
     zookeeper_ports lays them out."""
     if not 1 <= brokers <= BROKERS_MAX:
         raise QuorumqError(Error.CONFIG_INVALID, f"--brokers must lie in 1..{BROKERS_MAX}")
@@ -188,6 +191,8 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
     if zookeepers not in ZOOKEEPER_NODES or (zookeepers > 1 and not controllers):
         raise QuorumqError(Error.CONFIG_INVALID, f"--zookeepers takes one of {', '.join(map(str, ZOOKEEPER_NODES))}, "
                                                  "and more than 1 only with --controller")
+    if not 0 <= proxies <= PROXIES_MAX:
+        raise QuorumqError(Error.CONFIG_INVALID, f"--proxies must lie in 0..{PROXIES_MAX}")
     if not 1024 <= base_port <= 65535 - PORT_SPAN:
         raise QuorumqError(Error.CONFIG_INVALID, f"--base-port must lie in 1024..{65535 - PORT_SPAN}")
     namesrv_dir = directory / "namesrv"
@@ -222,6 +227,12 @@ def plan(directory: Path, base_port: int, brokers: int, cluster: str,
     for process in planned:
         process.values.update(metricsExporterType="PROM",
                               metricsPromExporterPort=str(process.port + METRICS_PORT_OFFSET))
+    for index in range(proxies):
+        port = base_port + PROXY_PORT_OFFSET
+        proxy_dir = directory / f"proxy-{index}"
+        planned.append(Planned(Kind.PROXY, proxy_dir.name, port, {
+            "namesrvAddr": namesrv.address, "grpcServerPort": str(port), "grpcServerReusePort": "true"},
+            proxy_dir, proxy_dir))
     for key, value in sets:
         kinds = kinds_knowing(key)
         for process in planned:
@@ -323,6 +334,12 @@ async def not_ready(admin: AdminClient, processes: list[Planned], cluster: str) 
             missing.append(f"{name}'s master {masters[name]} refuses sends (role {status.get('brokerRole')}, "
                            f"replicas in sync {status.get('inSyncReplicas', '-')}, "
                            f"alive {status.get('aliveReplicas', '-')}, writable {status.get('writable')})")
+    for proxy in [p for p in processes if p.kind is Kind.PROXY][:1]:  # they share one port
+        try:
+            _, writer = await asyncio.open_connection(HOST, proxy.port)
+            writer.close()
+        except OSError:
+            missing.append(f"no proxy listens on {proxy.address} yet")
     if not missing:
         apply_roles(processes, routed)
     return missing
@@ -403,6 +420,8 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
     entries[1:1] = [{"kind": "zookeeper", "pid": node.pid, "address": node.address, "config": str(node.config_path),
                      "log": str(node.log_path), "data_dir": str(node.data_dir)} for node in zookeepers]
     document = {"cluster": cluster, "access_point": processes[0].address}
+    if proxy := proxy_access_point(processes):
+        document["proxy_access_point"] = proxy
     member = member_tls(processes)
     if member is not None and member.ca:
         document["ca"] = member.ca
@@ -416,9 +435,16 @@ def write_cluster_file(path: Path, cluster: str, processes: list[Planned],
     partial.replace(path)  # readers never see half a file
 
 
+def proxy_access_point(processes: list[Planned]) -> str:
+    """Where the official clients reach the proxies (all on one port); empty without proxies."""
+    return next((p.address for p in processes if p.kind is Kind.PROXY), "")
+
+
 def summary(cluster: str, directory: Path, processes: list[Planned], zookeepers: list[LocalZooKeeper],
             dashboard: str = "") -> str:
     lines = [f"quorumq cluster {cluster} is up in {directory}", f"  access point  {processes[0].address}"]
+    if proxy := proxy_access_point(processes):
+        lines.append(f"  proxies       {proxy} (the official clients' access point)")
     if dashboard:
         lines.append(f"  dashboard     {dashboard}")
     for node in zookeepers:
@@ -500,7 +526,7 @@ def run(args: argparse.Namespace) -> int:
         sets = [("tls.server.mode", "enforcing"), *((key, str(path)) for key, path in tls_files.items()),
                 *args.set] if args.tls else args.set
         processes = plan(args.dir, args.base_port, args.brokers, args.cluster, sets, args.broker_set,
-                         args.replicas, args.controllers if args.controller else 0, args.zookeepers)
+                         args.replicas, args.controllers if args.controller else 0, args.zookeepers, args.proxies)
     except QuorumqError as error:
         print(f"quorumq up: {error}", file=sys.stderr)
         return 2
@@ -526,6 +552,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help=f"controllers with --controller, 1..{CONTROLLERS_MAX} (default 1)")
     parser.add_argument("--zookeepers", type=int, default=1,
                         help="ZooKeeper nodes with --controller: 1, 3 or 5 (default 1)")
+    parser.add_argument("--proxies", type=int, default=0,
+                        help=f"proxies in front of the brokers, 0..{PROXIES_MAX}, all on port "
+                             f"P+{PROXY_PORT_OFFSET} (default 0)")
     parser.add_argument("--set", action="append", default=[], type=parse_assignment, metavar="KEY=VALUE",
                         help="a config key for every process whose kind knows it (repeatable)")
     parser.add_argument("--broker-set", action="append", default=[], type=parse_broker_assignment,
