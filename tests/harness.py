@@ -434,6 +434,18 @@ def v5_send(address: str, message: v5.Message, timeout: float = 10) -> v5s.SendM
 
 # A client that never reads its answers speaks raw HTTP/2, as no gRPC client can be made to stop reading.
 
+def telemetry_settings(address: str, group: str, topic: str | None = None) -> v5.Settings:
+    """The settings a SimpleConsumer of `group` (reading `topic`) gets back on its Telemetry stream."""
+    subscription = v5.Subscription(group=v5.Resource(name=group))
+    if topic is not None:
+        subscription.subscriptions.add(topic=v5.Resource(name=topic))
+    command = v5s.TelemetryCommand(settings=v5.Settings(client_type=v5.ClientType.SIMPLE_CONSUMER,
+                                                        subscription=subscription))
+    with grpc.insecure_channel(address) as channel:
+        replies = v5_grpc.MessagingServiceStub(channel).Telemetry(iter([command]), timeout=10)
+        return next(replies).settings
+
+
 def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
 

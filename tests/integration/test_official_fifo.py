@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import check_for, new_name, official_message, receive_all, typed_topic
+from harness import check_for, new_name, official_message, receive_all, telemetry_settings, typed_topic
 from quorumq.broker.consumers import decode_handle
 from quorumq.client import Blocking, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
@@ -130,12 +130,3 @@ def test_a_group_that_may_not_consume_is_refused_its_receives(admin, masters, st
     request.long_polling_timeout.FromSeconds(1)
     [answer] = list(stub.ReceiveMessage(request, timeout=10))
     assert answer.status.code == v5.Code.FORBIDDEN and "consumeEnable" in answer.status.message
-
-
-def telemetry_settings(address: str, group: str) -> v5.Settings:
-    """The settings a SimpleConsumer of `group` gets back on its Telemetry stream."""
-    command = v5s.TelemetryCommand(settings=v5.Settings(
-        client_type=v5.ClientType.SIMPLE_CONSUMER, subscription=v5.Subscription(group=v5.Resource(name=group))))
-    with grpc.insecure_channel(address) as channel:
-        replies = v5_grpc.MessagingServiceStub(channel).Telemetry(iter([command]), timeout=10)
-        return next(replies).settings

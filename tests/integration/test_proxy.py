@@ -14,13 +14,18 @@ from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
 from harness import (
     LocalCluster,
+    new_name,
     official_message,
     pid_alive,
     receive_all,
     send_sync_and_async,
     simple_consumer,
     started_producer,
+    telemetry_settings,
 )
+from quorumq.client import AdminClient, Blocking
+from quorumq.core.subscription import SubscriptionGroup
+from quorumq.protocol.configs import group_to_pb
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +97,13 @@ def test_up_runs_each_proxy_on_the_one_port(cluster):
     proxies = [p for p in cluster["processes"] if p["kind"] == "proxy"]
     assert len(proxies) == 2 and all(pid_alive(p["pid"]) for p in proxies)
     assert {p["address"] for p in proxies} == {cluster["proxy_access_point"]}
+
+
+def test_a_consumer_gets_its_groups_config_through_the_proxy(cluster, proxy):
+    group, topic = new_name("G"), new_name("T")
+    with Blocking(AdminClient, cluster["access_point"]) as admin:
+        masters = [broker.address for broker in admin.brokers(masters_only=True)]
+        admin.update_subscription_group(masters, group_to_pb(SubscriptionGroup(
+            group, consume_message_orderly=True, retry_max_times=3)))
+    reply = telemetry_settings(proxy["address"], group, topic)
+    assert (reply.subscription.fifo, reply.backoff_policy.max_attempts) == (True, 4)

@@ -19,11 +19,14 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
-from quorumq.client.routes import Channels, Routes
+from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, Routes
+from quorumq.cluster import cluster_pb2 as pb
+from quorumq.cluster import cluster_pb2_grpc as pb_grpc
 from quorumq.core.proxy_handles import send_broker, unwrap, wrap
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.core.timers import decode_recall_handle
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol.configs import group_from_pb
 from quorumq.protocol.constants import EXPLICIT_QUEUE_HEADER
 from quorumq.protocol.v5 import (
     OK,
@@ -102,15 +105,16 @@ class ProxyMessagingService(UnservedMessagingService):
                                 context.time_remaining())
 
     async def _call(self, method: str, broker_name: str, topic: v5.Resource, request, metadata: tuple,
-                    timeout_s: float | None):
-        """`method` of the group's v5 service, with the client's headers (its signature the broker
-        checks). An unreachable address passes the call to the next; any other failure is the
-        client's, as the broker gave it."""
+                    timeout_s: float | None, admin: bool = False):
+        """`method` of the group's v5 service (its admin service: the proxy's own call), with the
+        client's headers (its signature the broker checks). An unreachable address passes the call
+        to the next; any other failure is the client's, as the broker gave it."""
         failure = None
         for address in await self._addresses(broker_name, topic):
+            stub = (pb_grpc.BrokerAdminStub(self.channels.channel(address)) if admin
+                    else self.channels.messaging(address))
             try:
-                return await getattr(self.channels.messaging(address), method)(
-                    request, timeout=timeout_s, metadata=metadata)
+                return await getattr(stub, method)(request, timeout=timeout_s, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.UNAVAILABLE:
                     raise _failed(broker_name, exc) from None
@@ -156,18 +160,31 @@ class ProxyMessagingService(UnservedMessagingService):
         return v5s.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context):
-        """Each settings command answered with the proxy's values and a group's default config
-        (not yet the config the brokers hold for it); no transaction checks come this way yet."""
+        """Each settings command answered with the proxy's values and, for a consumer, its group's
+        config as a broker holds it; no transaction checks come this way yet."""
         async for command in request_iterator:
             if not command.HasField("settings"):
                 continue
             try:
-                subscription = command.settings.subscription
-                group = SubscriptionGroup(group_name(subscription.group) if subscription.group.name else "-")
+                group = await self._group(command.settings.subscription)
                 yield v5s.TelemetryCommand(status=OK, settings=settings_reply(command.settings, self.max_body_bytes,
                                                                               group))
             except Exception as exc:
                 yield v5s.TelemetryCommand(status=failure_status(exc, "Telemetry", self.serving))
+
+    async def _group(self, subscription: v5.Subscription) -> SubscriptionGroup:
+        """The group's subscription config from a broker group of its first topic (updateSubGroup
+        sets it on every master); RocketMQ's defaults for settings that name no group or topic."""
+        if not subscription.group.name or not subscription.subscriptions:
+            return SubscriptionGroup("-")
+        name = group_name(subscription.group)
+        topic = subscription.subscriptions[0].topic
+        route = await self._route(topic)
+        if route.status.code != CODE_OK or not route.message_queues:  # a topic not made yet
+            return SubscriptionGroup(name)
+        config = await self._call("GetSubscriptionGroup", route.message_queues[0].broker.name, topic,
+                                  pb.GroupRequest(group=name), self.channels.metadata, REQUEST_TIMEOUT_S, admin=True)
+        return group_from_pb(config)
 
     # Sending.
 
