@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security bench-rpc-servers clean
+.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security bench-rpc-servers bench-proxy clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -143,6 +143,11 @@ bench-security: setup
 # server, 5 rounds (about 3 minutes). ARGS adds options of bench/bench_rpc_servers.py.
 bench-rpc-servers: setup
 	$(PY) bench/bench_rpc_servers.py --repeat 5 --wait-quiet 30 $(ARGS)
+
+# Issue 24: the official client direct to a 3-replica group and through 2 proxies (up --proxies 2):
+# msg/s and the CPU per message of master, slaves and proxies (about a minute). ARGS: bench_proxy.py's.
+bench-proxy: setup
+	$(PY) bench/bench_proxy.py $(ARGS)
 
 clean:
 	rm -rf run .pytest_cache
