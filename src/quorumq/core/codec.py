@@ -158,7 +158,7 @@ def record_size(topic: bytes, born_host: bytes, properties: bytes, body: bytes) 
 
 def encode_record(view: memoryview, position: int, size: int, topic: bytes, queue_id: int, flag: int,
                   sys_flag: int, born_timestamp_ms: int, born_host: bytes, reconsume_times: int,
-                  properties: bytes, body: bytes, queue_offset: int = 0, commit_log_offset: int = 0,
+                  properties: bytes, body: bytes | memoryview, queue_offset: int = 0, commit_log_offset: int = 0,
                   store_timestamp_ms: int = 0) -> None:
     """Write one record of `size` bytes (from `record_size`) at `view[position:]`, CRC last.
 
@@ -336,3 +336,48 @@ def store_timestamp_of(header_bytes: bytes) -> int | None:
         return None
     header = HEADER.unpack_from(header_bytes, 0)
     return header[_STORE_TIMESTAMP_FIELD] if header[_MAGIC_FIELD] == MESSAGE_MAGIC else None
+
+
+def set_properties(properties: bytes, updates: Mapping[str, str]) -> bytes:
+    """Encoded properties with each property of `updates` set: any pair of that name removed, the
+    new pairs appended. ValueError when a name or value holds a separator or the result passes
+    PROPERTIES_BYTES_MAX."""
+    for name in updates:
+        key = name.encode() + b"\x01"
+        pair = b"\x02" + key
+        while True:
+            if properties.startswith(key):
+                start = 0
+            else:
+                found = properties.find(pair)
+                if found < 0:
+                    break
+                start = found + 1
+            properties = properties[:start] + properties[properties.index(b"\x02", start) + 1:]
+    result = properties + encode_properties(updates)
+    if len(result) > limits.PROPERTIES_BYTES_MAX:
+        raise ValueError(f"the properties would take {len(result)} bytes, more than {limits.PROPERTIES_BYTES_MAX}")
+    return result
+
+
+def with_properties(record: bytes, queue_id: int, updates: Mapping[str, str]) -> bytes:
+    """A copy of the message record `record` (alone in the bytes) for a producer to send to
+    `queue_id`: its properties with `updates` set (set_properties), the assigned fields at 0 and a
+    new CRC; every other field and the body are the record's own. ValueError when the record's
+    lengths do not add up to its bytes, or from set_properties."""
+    header = HEADER.unpack_from(record, 0)
+    topic_length, born_host_length, properties_length, body_length = header[_LENGTHS_FROM:]
+    if header[_MAGIC_FIELD] != MESSAGE_MAGIC or header[_TOTAL_FIELD] != len(record) \
+            or HEADER.size + topic_length + born_host_length + properties_length + body_length != len(record):
+        raise ValueError("not one whole message record")
+    born_host_start = HEADER.size + topic_length
+    properties_start = born_host_start + born_host_length
+    body_start = properties_start + properties_length
+    properties = set_properties(record[properties_start:body_start], updates)
+    view = memoryview(record)
+    size = len(record) - properties_length + len(properties)
+    copy = bytearray(size)
+    encode_record(memoryview(copy), 0, size, record[HEADER.size:born_host_start], queue_id, header[_FLAG_FIELD],
+                  header[SYS_FLAG_FIELD], header[_BORN_TIMESTAMP_FIELD], record[born_host_start:properties_start],
+                  header[RECONSUME_TIMES_FIELD], properties, view[body_start:])
+    return bytes(copy)
