@@ -185,11 +185,11 @@ def main() -> int:
         started = time.monotonic()
         query = jobs.start_replicate(spark, spark_settings(source, target, "T_spark", work))
         rows.append(measure_throughput(spark_name, target, "T_spark", args.messages, started))
-        query.stop()
+        jobs.stop(query)
         query = jobs.start_replicate(spark, spark_settings(source, target, "L_spark", work))
         time.sleep(10)  # past the first micro-batch's worker start
         rows.append(measure_latency(spark_name, source, target, "L_spark", args.rate, args.seconds))
-        query.stop()
+        jobs.stop(query)
         spark.stop()
     finally:
         for cluster in clusters:

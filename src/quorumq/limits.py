@@ -373,6 +373,10 @@ REPLICATOR_HEARTBEAT_INTERVAL_S = 10.0
 REPLICATOR_CHECKPOINT_INTERVAL_S = 10.0
 REPLICATOR_CONFIG_INTERVAL_S = 60.0
 REPLICATOR_MAX_RECORDS_PER_TRIGGER = 100_000  # default admission per micro-batch, shared by queues
+# How long a clean stop waits for a query's running micro-batch to commit before it stops the query
+# (which aborts that batch, replayed at the next start): a batch of the default admission takes a few
+# seconds on two cores; the few queries of an application stop well within a supervisor's stop timeout.
+REPLICATOR_STOP_WAIT_S = 20.0
 
 assert REPLICATOR_PULL_BATCH <= PULL_BATCH_MAX
 assert LONG_POLL_SECONDS_DEFAULT <= LONG_POLL_SECONDS_MAX and CONSUMER_RECEIVE_BATCH_SIZE <= RECEIVE_BATCH_MAX

@@ -55,11 +55,11 @@ def queue_ends(cluster: dict, topic: str, queues: int, credentials: Credentials 
         return [consumer.query_offset(topic, queue, "END") for queue in range(queues)]
 
 
-def replicate_once(source: dict, target: dict, topic: str) -> list:
+def replicate_once(source: dict, target: dict, topic: str, records: bool = True) -> list:
     """One micro-batch of the replicate job without Spark: the source plans it from the earliest
-    offsets and reads each queue, the sink writes each queue's rows, as Spark's tasks would; the
-    sink's reports."""
-    reader = QueueReader(SourceOptions(source["access_point"], (topic,), {}, "earliest", None, None))
+    offsets and reads each queue (as whole records, or as the documented decoded columns), the sink
+    writes each queue's rows, as Spark's tasks would; the sink's reports."""
+    reader = QueueReader(SourceOptions(source["access_point"], (topic,), {}, "earliest", None, None, records=records))
     writer = QueueWriter(SinkOptions(target["access_point"], target["cluster"], "fail", False, None, None))
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())

@@ -241,11 +241,13 @@ def test_config_job_creates_and_expands_topics_never_shrinks_and_copies_groups_a
         == ({}, {}, {}, {})
 
 
-def test_a_fifo_topic_arrives_fifo_with_each_message_in_its_group(clusters):
+@pytest.mark.parametrize("records", [True, False], ids=["whole records", "decoded columns"])
+def test_a_fifo_topic_arrives_fifo_with_each_message_in_its_group(clusters, records):
     """The config job makes the standby's copy of a FIFO topic FIFO, and the replicate job's source
     and sink carry each message's group: on the standby, whose broker puts a group in the queue its
     hash picks among the same 4 queues, each queue holds the same groups' messages in the same
-    order. The source and sink run here without Spark (the code a task runs), to keep it cheap."""
+    order. The source and sink run here without Spark (the code a task runs), to keep it cheap,
+    with the source's whole records (the replicate job's) and its documented decoded columns."""
     primary, standby = clusters
     topic, groups = new_topic(), [f"order-{number}" for number in range(8)]
     with Blocking(AdminClient, primary["access_point"]) as admin:
@@ -258,7 +260,7 @@ def test_a_fifo_topic_arrives_fifo_with_each_message_in_its_group(clusters):
         topic: {"broker-a": TopicShape(4, 4, 6, TopicMessageType.FIFO)}}
     with Blocking(AdminClient, standby["access_point"]) as admin:
         assert admin.topic_types()[topic] == "FIFO"
-    reports = replicate_once(primary, standby, topic)
+    reports = replicate_once(primary, standby, topic, records)
     assert sum(queue.written for report in reports for queue in report.queues) == len(sent)
     for queue in range(4):
         originals = [(m.message_group, m.body) for m in queue_messages(primary, topic, queue)]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from quorumq.client.consumer import _decode_records
+from quorumq.client.consumer import decode_records
 from quorumq.client.errors import ClientError
 from quorumq.clock import Clock
 from quorumq.store import MessageIn, MessageStore
@@ -26,7 +26,7 @@ def records() -> bytes:
 
 
 def test_records_decode_to_messages(records):
-    messages = _decode_records(records, "broker-a", "127.0.0.1:1")
+    messages = decode_records(records, "broker-a", "127.0.0.1:1")
     assert [(m.queue_offset, m.body, m.message_id) for m in messages] == [
         (0, b"body-0", "ID0"), (1, b"body-1", "ID1"), (2, b"body-2", "ID2")]
     first = messages[0]
@@ -40,10 +40,10 @@ def test_a_flipped_byte_is_caught(records, position):
     damaged = bytearray(records)
     damaged[position] ^= 0xFF
     with pytest.raises(ClientError) as raised:
-        _decode_records(bytes(damaged), "broker-a", "127.0.0.1:1")
+        decode_records(bytes(damaged), "broker-a", "127.0.0.1:1")
     assert raised.value.name == "MESSAGE_CORRUPTED"
 
 
 def test_a_cut_record_is_caught(records):
     with pytest.raises(ClientError):
-        _decode_records(records[:-5], "broker-a", "127.0.0.1:1")
+        decode_records(records[:-5], "broker-a", "127.0.0.1:1")

@@ -49,23 +49,40 @@ class PullResult:
     next_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class PulledRecords:
+    """A pull's whole records, not decoded: for copying them on (the replicator)."""
+    status: str  # FOUND, NO_NEW_MSG or OFFSET_ILLEGAL
+    records: bytes  # commit-log records back to back (core/codec.py), each checked against its CRC
+    starts: list[int]  # where each record starts in `records`, then where the last one ends
+    next_offset: int
+
+
 def _tags(expression: str) -> frozenset[str] | None:
     """The tags a TAG expression selects (None: all); the broker filters by hash, this by name."""
     tags = frozenset(part.strip() for part in expression.split("||") if part.strip())
     return None if not tags or "*" in tags else tags
 
 
-def _decode_records(records: bytes, broker_name: str, store_host: str) -> list[ReceivedMessage]:
-    """Whole commit-log records back to back, each checked against its CRC before it is decoded;
-    `store_host` is the address of the broker that answered (records do not carry it)."""
+def _record_starts(records: bytes) -> list[int]:
+    """Where each of whole commit-log records back to back starts, then where the last ends, each
+    checked against its CRC."""
     view = memoryview(records)
-    messages = []
-    position = 0
-    while position < len(view):
-        frame, size = codec.check_detached(view, position)
+    starts = [0]
+    while starts[-1] < len(view):
+        frame, size = codec.check_detached(view, starts[-1])
         if frame is not codec.Frame.MESSAGE:
             raise ClientError("MESSAGE_CORRUPTED", f"a pulled record fails its check ({frame.name})")
-        stored = codec.decode_message(view, position, store_host)
+        starts.append(starts[-1] + size)
+    return starts
+
+
+def decode_records(records: bytes, broker_name: str, store_host: str) -> list[ReceivedMessage]:
+    """Whole commit-log records back to back, each checked against its CRC before it is decoded;
+    `store_host` is the address of the broker that answered (records do not carry it)."""
+    messages = []
+    for position in _record_starts(records)[:-1]:
+        stored = codec.decode_message(records, position, store_host)
         properties = stored.properties
         messages.append(ReceivedMessage(
             topic=stored.topic, queue_id=stored.queue_id, queue_offset=stored.queue_offset,
@@ -76,7 +93,6 @@ def _decode_records(records: bytes, broker_name: str, store_host: str) -> list[R
             born_timestamp_ms=stored.born_timestamp_ms, store_timestamp_ms=stored.store_timestamp_ms,
             born_host=stored.born_host, store_host=stored.store_host, broker_name=broker_name,
             message_group=properties.get(message_properties.MESSAGE_GROUP)))
-        position += size
     return messages
 
 
@@ -123,9 +139,32 @@ class PullConsumer:
         async def pull_from(queue: RouteQueue) -> PullResult:
             stub = self._channels.reader(queue.address)
             response = await call(stub.PullBatch, request, long_poll_s + self._timeout_s, self._channels.metadata)
-            messages = [message for message in _decode_records(response.records, queue.broker_name, queue.address)
+            messages = [message for message in decode_records(response.records, queue.broker_name, queue.address)
                         if tags is None or message.tag in tags]
             return PullResult(pb.PullStatus.Name(response.status), messages, response.next_offset)
+
+        return await self._on_queue(topic, queue_id, broker_name, pull_from)
+
+    async def pull_records(self, topic: str, queue_id: int, offset: int, max_count: int = 32, *,
+                           broker_name: str | None = None, tag_expression: str = "*") -> PulledRecords:
+        """`pull` without decoding: the records as the broker stored them, CRCs checked."""
+        request = pb.PullBatchRequest(group=self._group.name, topic=topic, queue_id=queue_id, offset=offset,
+                                      max_count=min(max_count, limits.PULL_BATCH_MAX), tag_expression=tag_expression)
+        tags = _tags(tag_expression)
+
+        async def pull_from(queue: RouteQueue) -> PulledRecords:
+            response = await call(self._channels.reader(queue.address).PullBatch, request, self._timeout_s,
+                                  self._channels.metadata)
+            records, starts = response.records, _record_starts(response.records)
+            if tags is not None:  # the broker filters by tag hash: drop the records of a colliding tag
+                kept = [(start, end) for start, end in zip(starts, starts[1:])
+                        if codec.message_property(records, start, message_properties.TAGS) in tags]
+                if len(kept) < len(starts) - 1:
+                    records = b"".join(records[start:end] for start, end in kept)
+                    starts = [0]
+                    for start, end in kept:
+                        starts.append(starts[-1] + end - start)
+            return PulledRecords(pb.PullStatus.Name(response.status), records, starts, response.next_offset)
 
         return await self._on_queue(topic, queue_id, broker_name, pull_from)
 

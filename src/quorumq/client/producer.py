@@ -14,7 +14,7 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from quorumq import limits
 from quorumq.client.errors import ClientError
@@ -34,6 +34,9 @@ BACKOFF_MIN_S = 0.01
 BACKOFF_MAX_S = 1.0
 _THROTTLED = Error.TOO_MANY_REQUESTS.name
 _NOT_MASTER = Error.SERVICE_NOT_AVAILABLE.name  # a slave, or a fenced broker: the master moved or is elected
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -108,12 +111,14 @@ def new_message_id() -> str:
     return f"{_id_prefix}{next(_id_counter):016X}"
 
 
-def batches(messages: Sequence[Message], count_max: int, bytes_max: int) -> list[Sequence[Message]]:
-    """Consecutive runs of at most count_max messages and bytes_max bytes (a larger message alone)."""
-    runs: list[Sequence[Message]] = []
+def batches(messages: Sequence[T], count_max: int, bytes_max: int,
+            size_of: Callable[[T], int] = Message.size) -> list[Sequence[T]]:  # type: ignore[assignment]
+    """Consecutive runs of at most count_max messages and bytes_max bytes by `size_of` (a larger
+    message alone)."""
+    runs: list[Sequence[T]] = []
     start, size = 0, 0
     for index, message in enumerate(messages):
-        message_size = message.size()
+        message_size = size_of(message)
         if index > start and (index - start == count_max or size + message_size > bytes_max):
             runs.append(messages[start:index])
             start, size = index, 0
@@ -212,30 +217,43 @@ class Producer:
             except QuorumqError as error:  # the broker would refuse it the same way
                 refused.append((index, error))
         results: list[SendResult | None] = [None] * len(messages)
-        queue = await self._send_records(topic, queue_id, broker_name, accepted, ids, results)
+
+        def encode(queue_id: int) -> bytes:
+            return self._encoder.encode(topic.encode(), queue_id, time.time_ns() // 1_000_000, self._host, accepted)
+
+        queue = await self._send_records(topic, queue_id, broker_name, [index for index, _, _ in accepted], encode,
+                                         ids, results)
         for index, error in refused:
             results[index] = SendResult(error.error.name, ids[index], queue.queue_id, -1, queue.broker_name,
                                         error.detail)
         return results
 
-    async def _send_records(self, topic: str, queue_id: int | None, broker_name: str | None,
-                            accepted: list[tuple[int, bytes, bytes]], ids: list[str],
-                            results: list[SendResult | None]) -> RouteQueue:
-        """Send the accepted messages as one SendBatch, again while the broker answers
-        TOO_MANY_REQUESTS or SERVICE_NOT_AVAILABLE (a failover: on a fresh route, within retry_s)
-        or does not answer; returns the queue last used."""
+    async def send_records(self, topic: str, records: bytes, ids: list[str], queue_id: int,
+                           broker_name: str | None = None) -> list[SendResult]:
+        """Whole records encoded for `queue_id` (core/codec.py, the assigned fields at 0, the message
+        ids `ids` in their properties) as one SendBatch, with send_batch's retries: one result per
+        record, in order; the broker stores them all or none and checks them as it checks any."""
+        results: list[SendResult | None] = [None] * len(ids)
+        await self._send_records(topic, queue_id, broker_name, list(range(len(ids))), lambda _: records, ids,
+                                 results)
+        return results  # type: ignore[return-value]  # every index was answered
+
+    async def _send_records(self, topic: str, queue_id: int | None, broker_name: str | None, indexes: list[int],
+                            encode: Callable[[int], bytes], ids: list[str], results: list[SendResult | None]
+                            ) -> RouteQueue:
+        """Send the messages at `indexes`, encoded for a queue id by `encode`, as one SendBatch,
+        again while the broker answers TOO_MANY_REQUESTS or SERVICE_NOT_AVAILABLE (a failover: on a
+        fresh route, within retry_s) or does not answer; returns the queue last used."""
         deadline = time.monotonic() + self._retry_s
         backoff_s, attempts = BACKOFF_MIN_S, 0
         request, request_queue_id = b"", None
         while True:
             queue = await self._pick_queue(topic, queue_id, broker_name)
-            if not accepted:
+            if not indexes:
                 return queue
             if request_queue_id != queue.queue_id:  # records name their queue
-                records = self._encoder.encode(topic.encode(), queue.queue_id, time.time_ns() // 1_000_000,
-                                               self._host, accepted)
-                request = pb.SendBatchRequest(topic=topic, queue_id=queue.queue_id, records=records,
-                                              count=len(accepted), request_id=ids[accepted[0][0]]).SerializeToString()
+                request = pb.SendBatchRequest(topic=topic, queue_id=queue.queue_id, records=encode(queue.queue_id),
+                                              count=len(indexes), request_id=ids[indexes[0]]).SerializeToString()
                 request_queue_id = queue.queue_id
             try:
                 async with self._window:
@@ -249,7 +267,7 @@ class Producer:
                         raise
                     self._routes.forget(topic)  # the broker may have moved or failed over
                     continue
-            _record(response, queue, accepted, ids, results, attempts + 1)
+            _record(response, queue, indexes, ids, results, attempts + 1)
             if response.status == _NOT_MASTER:
                 self._routes.forget(topic)
             if response.status not in (_THROTTLED, _NOT_MASTER) or time.monotonic() + backoff_s > deadline:
@@ -279,15 +297,15 @@ def _encoded_properties(message: Message, message_id: str) -> bytes:
                                                      message.keys, message_group=message.message_group))
 
 
-def _record(response: pb.SendBatchResponse, queue: RouteQueue, accepted: list[tuple[int, bytes, bytes]],
-            ids: list[str], results: list[SendResult | None], attempts: int) -> None:
+def _record(response: pb.SendBatchResponse, queue: RouteQueue, indexes: list[int], ids: list[str],
+            results: list[SendResult | None], attempts: int) -> None:
     """Store the results of one answer: the broker stores a request's records all or none."""
     stored = response.count > 0
-    if stored and response.count != len(accepted):
-        raise ClientError("INTERNAL_ERROR", f"{response.count} records stored of {len(accepted)} sent")
+    if stored and response.count != len(indexes):
+        raise ClientError("INTERNAL_ERROR", f"{response.count} records stored of {len(indexes)} sent")
     status, detail, first = response.status, response.detail, response.first_queue_offset
     queue_id, broker_name = queue.queue_id, queue.broker_name
-    for position, (index, _, _) in enumerate(accepted):
+    for position, index in enumerate(indexes):
         results[index] = SendResult(status, ids[index], queue_id, first + position if stored else -1, broker_name,
                                     detail, response.master_epoch, attempts)
 

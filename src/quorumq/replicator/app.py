@@ -124,7 +124,7 @@ def run(settings: Settings, master: str | None, metrics_address: str = "") -> in
     metrics.stop()
     try:
         for query in queries:
-            query.stop()
+            jobs.stop(query)
         spark.stop()
     except Exception as stop_error:  # noqa: BLE001 - Ctrl-C also reaches the JVM, which may be gone already
         print(f"quorumq replicator: stopping: {stop_error.__class__.__name__}", file=sys.stderr, flush=True)

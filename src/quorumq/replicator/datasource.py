@@ -25,6 +25,8 @@ import importlib
 import json
 import logging
 import time
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -41,7 +43,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from quorumq import limits
 from quorumq.client import FOUND, ClientError, Message, ReceivedMessage, SendResult
-from quorumq.client.producer import batches
+from quorumq.client.consumer import PulledRecords, decode_records
+from quorumq.client.producer import batches, new_message_id
+from quorumq.core import codec
+from quorumq.core import properties as message_properties
 from quorumq.core import replicator as plan
 from quorumq.core.auth import Credentials, credentials_of
 from quorumq.core.codec import decode_properties, encode_properties
@@ -62,6 +67,13 @@ ARROW_SCHEMA = pa.schema([
     ("keys", pa.string()), ("message_group", pa.string()), ("properties", pa.string()), ("body", pa.binary()),
     ("born_timestamp", pa.int64()), ("store_timestamp", pa.int64()),
 ])
+# With the option records=true: each message as its whole record, not decoded (core/codec.py).
+RECORDS_SCHEMA = "cluster STRING, topic STRING, broker STRING, queue_id INT, queue_index INT, queue_offset BIGINT, " \
+                 "record BINARY"
+RECORDS_ARROW_SCHEMA = pa.schema([
+    ("cluster", pa.string()), ("topic", pa.string()), ("broker", pa.string()), ("queue_id", pa.int32()),
+    ("queue_index", pa.int32()), ("queue_offset", pa.int64()), ("record", pa.binary()),
+])
 
 
 def register(spark: Any) -> None:
@@ -80,6 +92,13 @@ def _credentials(options: Any) -> Credentials | None:
                           f"options accessKey and secretKey of the {FORMAT} format")
 
 
+def _flag(options: Any, name: str) -> bool:
+    value = options.get(name, "false").lower()
+    if value not in ("true", "false"):
+        raise QuorumqError(Error.CONFIG_INVALID, f"option {name}={value!r} is true or false")
+    return value == "true"
+
+
 def _positive_int(options: Any, name: str, default: int | None) -> int | None:
     value = options.get(name)
     if value is None:
@@ -95,7 +114,7 @@ class QuorumqDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return RECORDS_SCHEMA if _flag(self.options, "records") else SCHEMA
 
     def streamReader(self, schema: Any) -> "QueueReader":
         return QueueReader(SourceOptions.parse(self.options))
@@ -115,6 +134,7 @@ class SourceOptions:
     max_records_per_trigger: int | None
     max_records_per_queue: int | None
     credentials: Credentials | None = None
+    records: bool = False  # RECORDS_SCHEMA: whole records, not decoded
 
     @classmethod
     def parse(cls, options: Any) -> "SourceOptions":
@@ -126,7 +146,8 @@ class SourceOptions:
             raise QuorumqError(Error.CONFIG_INVALID, f"startingOffsets={starting!r} is earliest or latest")
         return cls(access_point, topics, tag_filters, starting,
                    _positive_int(options, "maxRecordsPerTrigger", None),
-                   _positive_int(options, "maxRecordsPerQueue", None), _credentials(options))
+                   _positive_int(options, "maxRecordsPerQueue", None), _credentials(options),
+                   _flag(options, "records"))
 
 
 class QueuePartition(InputPartition):
@@ -189,18 +210,29 @@ class QueueReader(DataSourceStreamReader):
         queue, end = partition.queue, partition.end
         consumer = clients.consumer(self.options.access_point, self.options.credentials)
         tags = self.options.tag_filters.get(queue.topic, "*")
+        cluster = clients.cluster_name(self.options.access_point, self.options.credentials)
         offset = partition.start
         while offset < end:
-            result = consumer.pull(queue.topic, queue.queue_id, offset, min(limits.REPLICATOR_PULL_BATCH, end - offset),
-                                   broker_name=queue.broker, tag_expression=tags)
-            if result.next_offset <= offset:
-                raise QuorumqError(Error.INTERNAL_ERROR, f"pull of {queue} at {offset} made no progress "
-                                                         f"({result.status})")
-            messages = [m for m in result.messages if m.queue_offset < end] if result.status == FOUND else []
-            if messages:
-                yield _record_batch(clients.cluster_name(self.options.access_point, self.options.credentials),
-                                    partition.queue_index, messages)
-            offset = result.next_offset
+            count = min(limits.REPLICATOR_PULL_BATCH, end - offset)
+            batch: pa.RecordBatch | None = None
+            if self.options.records:
+                pulled = consumer.pull_records(queue.topic, queue.queue_id, offset, count, broker_name=queue.broker,
+                                               tag_expression=tags)
+                status, next_offset = pulled.status, pulled.next_offset
+                if status == FOUND:
+                    batch = _records_batch(cluster, queue, partition.queue_index, pulled, end)
+            else:
+                result = consumer.pull(queue.topic, queue.queue_id, offset, count, broker_name=queue.broker,
+                                       tag_expression=tags)
+                status, next_offset = result.status, result.next_offset
+                messages = [m for m in result.messages if m.queue_offset < end] if status == FOUND else []
+                if messages:
+                    batch = _record_batch(cluster, partition.queue_index, messages)
+            if next_offset <= offset:
+                raise QuorumqError(Error.INTERNAL_ERROR, f"pull of {queue} at {offset} made no progress ({status})")
+            if batch is not None:
+                yield batch
+            offset = next_offset
 
     def _queue_ranges(self) -> dict[QueueKey, tuple[int, int]]:
         """Each readable queue's (min offset, end offset), asked of each broker at most every
@@ -256,6 +288,24 @@ def _record_batch(cluster: str, queue_index: int, messages: list[ReceivedMessage
         pa.array([m.born_timestamp_ms for m in messages], pa.int64()),
         pa.array([m.store_timestamp_ms for m in messages], pa.int64()),
     ], schema=ARROW_SCHEMA)
+
+
+def _records_batch(cluster: str, queue: QueueKey, queue_index: int, pulled: PulledRecords,
+                   end: int) -> pa.RecordBatch | None:
+    """The pulled records below the queue offset `end` as one Arrow batch: the binary column is
+    the pulled bytes themselves, cut by the records' starts (no copy per record)."""
+    starts = pulled.starts
+    offsets = [codec.queue_offset_of(pulled.records, start) for start in starts[:-1]]
+    count = bisect_left(offsets, end)  # records at or past `end` belong to a later batch
+    if count == 0:
+        return None
+    records = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(array("i", starts[:count + 1])),
+                                                         pa.py_buffer(pulled.records)])
+    return pa.RecordBatch.from_arrays([
+        pa.array([cluster] * count, pa.string()), pa.array([queue.topic] * count, pa.string()),
+        pa.array([queue.broker] * count, pa.string()), pa.array([queue.queue_id] * count, pa.int32()),
+        pa.array([queue_index] * count, pa.int32()), pa.array(offsets[:count], pa.int64()), records,
+    ], schema=RECORDS_ARROW_SCHEMA)
 
 
 # The sink.
@@ -327,6 +377,8 @@ class _QueueRows:
     queue_id: int | None
     source_queue: str = ""  # the SOURCE_QUEUE property of its messages, made once per queue
     messages: list[Message] = field(default_factory=list)
+    records: list[bytes] = field(default_factory=list)  # rows of RECORDS_SCHEMA: whole records, not messages
+    births: list[str] = field(default_factory=list)  # each record's birth cluster
     source_offsets: list[int] = field(default_factory=list)
     store_timestamps: list[int] = field(default_factory=list)
     filtered: int = 0
@@ -355,8 +407,9 @@ class QueueWriter(DataSourceStreamArrowWriter):
             add_metrics(self.options.metrics_path, batchId, reports)
 
     def abort(self, messages: list[BatchReport | None], batchId: int) -> None:
-        log.warning("batch %d aborted: what its finished tasks sent stays on the destination and is "
-                    "sent again when the batch is replayed", batchId)
+        log.warning("batch %d aborted (Spark's ERROR \"Data source write support ... is aborting\" above): a task "
+                    "failed or the query stopped mid-batch; nothing is lost, the batch is replayed at the next "
+                    "start (what it sent already is sent again, or skipped with --dedupe)", batchId)
 
     def _destination_cluster(self) -> str:
         return self.options.cluster or clients.cluster_name(self.options.access_point, self.options.credentials)
@@ -372,6 +425,9 @@ class QueueWriter(DataSourceStreamArrowWriter):
             replicated = "queue_offset" in columns and "cluster" in columns and "broker" in columns
             if replicated and destination_cluster is None:
                 destination_cluster = self._destination_cluster()
+            if replicated and "record" in columns:
+                _group_records(columns, groups, destination_cluster or "")
+                continue
             nothing = [None] * count
             queue_ids, tags, keys, message_groups = (columns.get(name, nothing)
                                                      for name in ("queue_id", "tag", "keys", "message_group"))
@@ -380,14 +436,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
                 topic = columns["topic"][row]
                 props = decode_properties(properties[row].encode()) if properties[row] else {}
                 if replicated:
-                    source = QueueKey(topic, columns["broker"][row], queue_ids[row])
-                    group = groups.get(source)
-                    if group is None:
-                        index = columns.get("queue_index", queue_ids)[row]
-                        cluster = columns["cluster"][row]
-                        group = groups[source] = _QueueRows(
-                            topic, source, cluster, index, queue_ids[row],
-                            json.dumps([cluster, topic, source.broker, source.queue_id]))
+                    group = _source_group(groups, columns, row)
                     cluster = group.source_cluster
                     if plan.loops_back(props, cluster, destination_cluster):
                         group.filtered += 1
@@ -411,12 +460,14 @@ class QueueWriter(DataSourceStreamArrowWriter):
         return list(groups.values())
 
     def _write_queue(self, rows: _QueueRows) -> QueueReport:
+        """Send one queue's rows in order, by the failure policy; a replayed batch's rows the
+        destination holds already are skipped with dedupe."""
         destination = self._destination_queue(rows)
         broker, queue_id = destination if destination else ("", -1)
         report = QueueReport(rows.topic, rows.source_cluster, rows.source.broker if rows.source else None,
                              rows.source.queue_id if rows.source else None, broker, queue_id, filtered=rows.filtered)
         start = 0
-        if self.options.dedupe and rows.source and rows.messages:
+        if self.options.dedupe and rows.source and rows.source_offsets:
             start = plan.first_unwritten(rows.source_offsets, self._last_written(rows, broker, queue_id))
             report.deduped = start
         failed: list[FailedRecord] = []
@@ -424,10 +475,21 @@ class QueueWriter(DataSourceStreamArrowWriter):
         producer = clients.producer(self.options.access_point, self.options.credentials)
         fail_fast = self.options.on_failure == "fail"  # later records would only be sent again on replay
         position = start
-        for chunk in batches(rows.messages[start:], limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX):
-            results = _send_chunk(producer, rows.topic, destination, chunk, stop_at_failure=fail_fast)
+        send_batch: Callable[[Sequence[Any]], list[SendResult]]
+        if rows.records:
+            items: Sequence[Any] = _stamped(rows, start, queue_id)
+            chunks = batches(items, limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX, lambda item: len(item[0]))
+            send_batch = lambda chunk: producer.send_records(  # noqa: E731
+                rows.topic, b"".join(record for record, _ in chunk), [id_ for _, id_ in chunk], queue_id,
+                broker or None)
+        else:
+            chunks = batches(rows.messages[start:], limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX)
+            send_batch = lambda chunk: producer.send_batch(  # noqa: E731
+                rows.topic, chunk, destination[1] if destination else None, broker or None)
+        for chunk in chunks:
+            results = _send_chunk(send_batch, destination, chunk, stop_at_failure=fail_fast)
             now_ms = clients.clock().now_ms()
-            for offset, (message, result) in enumerate(zip(chunk, results), start=position):
+            for offset, (item, result) in enumerate(zip(chunk, results), start=position):
                 if result.ok:
                     report.written += 1
                     if rows.source:
@@ -436,6 +498,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
                         report.latency_ms_total += latency
                         report.latency_ms_max = max(report.latency_ms_max, latency)
                 else:
+                    message = _message_of(item[0]) if rows.records else item
                     failed.append(FailedRecord(rows.topic, report.source_broker, report.source_queue_id,
                                                rows.source_offsets[offset] if rows.source else None, message,
                                                result.status, result.detail, self.options.access_point,
@@ -477,7 +540,7 @@ class QueueWriter(DataSourceStreamArrowWriter):
         if last is not None and ours(last) is not None and ours(last) < rows.source_offsets[0]:
             return None  # the common case: the tail ends before this batch
         found = None
-        offset = max(0, end - min(len(rows.messages), limits.REPLICATOR_DEDUPE_SCAN_MAX))
+        offset = max(0, end - min(len(rows.source_offsets), limits.REPLICATOR_DEDUPE_SCAN_MAX))
         while offset < end:
             result = consumer.pull(rows.topic, queue_id, offset, limits.REPLICATOR_PULL_BATCH,
                                    broker_name=broker or None)
@@ -505,6 +568,62 @@ class QueueWriter(DataSourceStreamArrowWriter):
         report.handed += len(failed)
 
 
+def _source_group(groups: dict[tuple, _QueueRows], columns: dict[str, list], row: int) -> _QueueRows:
+    """The rows of the source queue of a replicated row, made at its first row."""
+    topic, queue_id = columns["topic"][row], columns["queue_id"][row]
+    source = QueueKey(topic, columns["broker"][row], queue_id)
+    group = groups.get(source)
+    if group is None:
+        index = columns.get("queue_index", columns["queue_id"])[row]
+        cluster = columns["cluster"][row]
+        group = groups[source] = _QueueRows(topic, source, cluster, index, queue_id,
+                                            json.dumps([cluster, topic, source.broker, source.queue_id]))
+    return group
+
+
+def _group_records(columns: dict[str, list], groups: dict[tuple, _QueueRows], destination_cluster: str) -> None:
+    """Rows of RECORDS_SCHEMA by source queue; those that would loop back are counted and dropped.
+    Each record's birth cluster and store time are read in its bytes, nothing else is decoded."""
+    offsets = columns["queue_offset"]
+    for row, record in enumerate(columns["record"]):
+        group = _source_group(groups, columns, row)
+        birth = codec.message_property(record, 0, plan.SOURCE_CLUSTER) or group.source_cluster or ""
+        if birth == destination_cluster:
+            group.filtered += 1
+            continue
+        group.records.append(record)
+        group.births.append(birth)
+        group.source_offsets.append(offsets[row])
+        group.store_timestamps.append(codec.store_timestamp_of(record) or 0)
+
+
+def _stamped(rows: _QueueRows, start: int, queue_id: int) -> list[tuple[bytes, str]]:
+    """(record, its new message id) of the rows from `start` on, each record copied for `queue_id`
+    with the replicator's properties (core/codec.py with_properties): its birth cluster, its source
+    queue, offset, message id and store time; the destination's message id is a new one."""
+    stamped = []
+    for index in range(start, len(rows.records)):
+        record, message_id = rows.records[index], new_message_id()
+        try:
+            stamped.append((codec.with_properties(record, queue_id, {
+                plan.SOURCE_CLUSTER: rows.births[index], plan.SOURCE_QUEUE: rows.source_queue,
+                plan.SOURCE_OFFSET: str(rows.source_offsets[index]),
+                plan.SOURCE_MESSAGE_ID: codec.message_property(record, 0, message_properties.MESSAGE_ID),
+                plan.SOURCE_STORE_TIMESTAMP: str(rows.store_timestamps[index]),
+                message_properties.MESSAGE_ID: message_id}), message_id))
+        except ValueError as error:  # the stamp would take its properties past what a record holds
+            raise QuorumqError(Error.REPLICATION_FAILED, f"{rows.source} offset {rows.source_offsets[index]}: "
+                                                         f"{error}") from error
+    return stamped
+
+
+def _message_of(record: bytes) -> Message:
+    """A stamped record as the message the failure policy sees."""
+    [received] = decode_records(record, "", "")
+    return Message(received.body, received.tag or None, received.keys, received.properties,
+                   message_id=received.message_id, message_group=received.message_group)
+
+
 def _failure_function(policy: str) -> Callable[[list[FailedRecord]], Any]:
     module, _, function = policy.partition(":")
     return getattr(importlib.import_module(module), function)
@@ -517,27 +636,28 @@ def _retriable(status: str) -> bool:
     return error is None or error.retriable
 
 
-def _send_one_by_one(producer: Any, topic: str, destination: tuple[str, int] | None, chunk: Sequence[Message],
-                     stop_at_failure: bool) -> list[SendResult]:
+def _send_one_by_one(send_batch: Callable[[Sequence[Any]], list[SendResult]], destination: tuple[str, int] | None,
+                     chunk: Sequence[Any], stop_at_failure: bool) -> list[SendResult]:
     """The results of the messages sent, in order; with stop_at_failure none after the first failure."""
     results = []
     for message in chunk:
-        results += _send_chunk(producer, topic, destination, [message], stop_at_failure)
+        results += _send_chunk(send_batch, destination, [message], stop_at_failure)
         if stop_at_failure and not results[-1].ok:
             break
     return results
 
 
-def _send_chunk(producer: Any, topic: str, destination: tuple[str, int] | None, chunk: Sequence[Message],
-                stop_at_failure: bool) -> list[SendResult]:
-    """One request's worth of messages, sent again with backoff while it fails in a way that may
-    pass; a chunk refused as a whole by rule is sent message by message, so that only the records
-    at fault fail (and, with stop_at_failure, nothing after them is sent). Success is SEND_OK only."""
+def _send_chunk(send_batch: Callable[[Sequence[Any]], list[SendResult]], destination: tuple[str, int] | None,
+                chunk: Sequence[Any], stop_at_failure: bool) -> list[SendResult]:
+    """One request's worth of messages or stamped records, sent by `send_batch` to `destination`,
+    again with backoff while it fails in a way that may pass; a chunk refused as a whole by rule is
+    sent one by one, so that only the records at fault fail (and, with stop_at_failure, nothing
+    after them is sent). Success is SEND_OK only."""
     broker, queue_id = (destination[0] or None, destination[1]) if destination else (None, None)
     backoff_s = 0.05
     for attempt in range(limits.REPLICATOR_SEND_ATTEMPTS):
         try:
-            results = producer.send_batch(topic, chunk, queue_id, broker)
+            results = send_batch(chunk)
         except ClientError as error:
             results = [SendResult(error.name, "", queue_id or -1, -1, broker or "", error.detail)] * len(chunk)
         failed = [result for result in results if not result.ok]
@@ -546,7 +666,7 @@ def _send_chunk(producer: Any, topic: str, destination: tuple[str, int] | None, 
         if not _retriable(failed[0].status):
             if len(chunk) == 1:
                 return results
-            return _send_one_by_one(producer, topic, destination, chunk, stop_at_failure)
+            return _send_one_by_one(send_batch, destination, chunk, stop_at_failure)
         if attempt + 1 < limits.REPLICATOR_SEND_ATTEMPTS:
             time.sleep(backoff_s)
             backoff_s = min(2 * backoff_s, limits.REPLICATOR_SEND_BACKOFF_S_MAX)

@@ -19,6 +19,7 @@ trigger, progress and restart handling from Spark.
 import json
 import logging
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -110,7 +111,7 @@ def _signed(options: Any, credentials: Credentials | None) -> Any:
 def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...], offset_syncs: bool) -> Any:
     reader = _signed(spark.readStream.format(FORMAT).option("accessPoint", settings.source)
                      .option("topics", ",".join(topics)).option("tagFilters", json.dumps(settings.tag_filters))
-                     .option("startingOffsets", settings.starting)
+                     .option("startingOffsets", settings.starting).option("records", "true")
                      .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger)),
                      settings.source_credentials).load()
     writer = _signed(reader.writeStream.format(FORMAT).option("accessPoint", settings.target)
@@ -120,6 +121,17 @@ def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...
     if offset_syncs:
         writer = writer.option("offsetSyncTopic", OFFSET_SYNC_TOPIC).option("metricsPath", str(settings.metrics_path))
     return _start(spark, name, writer, settings, settings.trigger_s)
+
+
+def stop(query: Any) -> None:
+    """Stop a query between micro-batches, waiting up to REPLICATOR_STOP_WAIT_S for the running
+    one to commit. A query stopped mid-batch makes Spark abort that batch (it logs "Data source
+    write support ... is aborting" at ERROR): harmless, since the batch is replayed at the next
+    start, but alarming on a clean stop."""
+    deadline = clients.clock().monotonic() + limits.REPLICATOR_STOP_WAIT_S
+    while query.isActive and query.status["isTriggerActive"] and clients.clock().monotonic() < deadline:
+        time.sleep(0.05)  # Spark tells no batch's end: polled
+    query.stop()
 
 
 def start_replicate(spark: Any, settings: Settings) -> Any:
