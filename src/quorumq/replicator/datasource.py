@@ -7,12 +7,14 @@ Source: one Spark task per queue with new data, never a queue split across tasks
 order holds. Its offset is per queue (core.replicator.encode_offsets). Rows stay raw: the body is
 bytes and the user properties are the RocketMQ encoding `name\\x01value\\x02...` (Spark SQL reads
 them with `str_to_map(properties, '\\u0002', '\\u0001')`); a FIFO message's group is its own
-column, `message_group`.
+column, `message_group`. With the option records=true the rows are whole records instead
+(RECORDS_SCHEMA): each message's commit-log record as pulled, not decoded.
 
 Sink: rows that carry a source position (the source's `cluster`, `broker`, `queue_offset` columns)
 are replicated: stamped with their birth cluster and source position, dropped when they would go
-back to their birth cluster, and sent in order to the mapped queue; the task succeeds only once
-the destination answered SEND_OK for every row (or the failure policy took the rest). Other rows
+back to their birth cluster, and sent in order to the mapped queue (a whole record goes as is, only
+its properties stamped and its queue id set, with SendBatch); the task succeeds only once the
+destination answered SEND_OK for every row (or the failure policy took the rest). Other rows
 (`topic`, `body`, and optionally `queue_id`, `tag`, `keys`, `message_group`, `properties`) are simply
 sent.
 
