@@ -160,14 +160,16 @@ KEYS: dict[str, Key] = {
     "metricsExporterType": Key(_choice("DISABLE", "PROM"), "DISABLE", BNC),
     "metricsPromExporterHost": Key(str, "", BNC),  # empty: bindAddress
     "metricsPromExporterPort": Key(int, 5557, BNC),
-    # Authentication and authorization (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every kind
-    # knows them, so one `quorumq up --set` reaches all; the controller serves no v5 client yet.
-    "authenticationEnabled": Key(_bool, False, EVERY),
-    "authorizationEnabled": Key(_bool, False, EVERY),
-    "initAuthenticationUser": Key(auth.init_user, None, EVERY, secret=True),
+    # Authentication and authorization (RocketMQ 5.3's ACL 2.0 keys; docs/security.md). Every server
+    # knows them, so one `quorumq up --set` reaches all; the controller serves no v5 client yet. A
+    # proxy checks no signature (the brokers check each call it passes on) and signs its own calls
+    # with the inner credentials.
+    "authenticationEnabled": Key(_bool, False, BNC),
+    "authorizationEnabled": Key(_bool, False, BNC),
+    "initAuthenticationUser": Key(auth.init_user, None, BNC, secret=True),
     "innerClientAuthenticationCredentials": Key(auth.inner_credentials, None, EVERY, secret=True),
     # quorumq: how far x-mq-date-time may lie from the server's clock; 0: not checked (core/auth.py).
-    "authenticationDateTimeWindowMillis": Key(int, 0, EVERY),
+    "authenticationDateTimeWindowMillis": Key(int, 0, BNC),
     # TLS on the gRPC port and the HA port (tls.py), RocketMQ's TlsSystemConfig keys. Its permissive
     # mode (TLS and plaintext on one port) is left out: a gRPC port serves one or the other.
     "tls.server.mode": Key(_choice("disabled", "enforcing"), "disabled", EVERY),
@@ -302,13 +304,13 @@ class Config:
             raise QuorumqError(Error.CONFIG_INVALID, "grpcPendingAnswerBytesTotal must be at least "
                                                      "grpcPendingAnswerBytesPerConnection")
         self.users()  # two users of one name differ: an error even with authentication off
-        if self._values["authenticationEnabled"] and self._values["innerClientAuthenticationCredentials"] is None:
+        if self._values.get("authenticationEnabled") and self._values["innerClientAuthenticationCredentials"] is None:
             raise QuorumqError(Error.CONFIG_INVALID, "authenticationEnabled needs innerClientAuthentication"
                                                      "Credentials, which cluster members sign their calls with")
-        if self._values["authorizationEnabled"] and not self._values["authenticationEnabled"]:
+        if self._values.get("authorizationEnabled") and not self._values["authenticationEnabled"]:
             raise QuorumqError(Error.CONFIG_INVALID, "authorizationEnabled needs authenticationEnabled: rules "
                                                      "are about who signed a call")
-        if self._values["authenticationDateTimeWindowMillis"] < 0:
+        if self._values.get("authenticationDateTimeWindowMillis", 0) < 0:
             raise QuorumqError(Error.CONFIG_INVALID, "authenticationDateTimeWindowMillis must not be negative "
                                                      "(0: not checked)")
         self._check_tls()
@@ -327,7 +329,7 @@ class Config:
     def users(self) -> dict[str, auth.User]:
         """The users a v5 client may authenticate as, by access key."""
         try:
-            return auth.known_users(self._values["initAuthenticationUser"],
+            return auth.known_users(self._values.get("initAuthenticationUser"),
                                     self._values["innerClientAuthenticationCredentials"])
         except ValueError as exc:
             raise QuorumqError(Error.CONFIG_INVALID, f"initAuthenticationUser and "
@@ -356,9 +358,6 @@ class Config:
         self._check_message_size()
         if not self._values["namesrvAddr"]:
             raise QuorumqError(Error.CONFIG_INVALID, "a proxy needs namesrvAddr, where it learns the routes")
-        if self._values["authenticationEnabled"]:
-            raise QuorumqError(Error.CONFIG_INVALID, "a proxy does not check signatures yet; leave "
-                                                     "authenticationEnabled off (docs/proxy.md)")
 
     def _check_broker(self) -> None:
         self._check_message_size()

@@ -1,6 +1,7 @@
 """Authentication on the v5 ports (ACL 2.0's first slice, docs/security.md): a `quorumq up` cluster
 with authenticationEnabled serves the official Python client that signs with a known user's
-credentials, and refuses one without credentials, with a wrong secret or as an unknown user; a
+credentials, directly and through a proxy, and refuses one without credentials, with a wrong
+secret or as an unknown user; a
 refused request stores nothing and the servers serve on. Raw gRPC calls with hand-made headers read
 the v5 code (40100) that the official client only logs, on the name server's and the broker's
 service, for a unary call, a server stream and the Telemetry stream."""
@@ -48,7 +49,7 @@ SIGNED = QuorumqCredentials(INNER, INNER_SECRET)  # quorumq's own client's, on t
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory) -> dict:
-    cluster = LocalCluster(tmp_path_factory.mktemp("secured"), sets={
+    cluster = LocalCluster(tmp_path_factory.mktemp("secured"), proxies=1, sets={
         "authenticationEnabled": "true",
         "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}',
         "innerClientAuthenticationCredentials": INNER_JSON})
@@ -103,6 +104,19 @@ def test_the_init_user_and_the_inner_credentials_send_and_receive(secured, topic
     send_and_receive(secured, topic, ROOT, ROOT_SECRET, 10)
     send_and_receive(secured, topic, INNER, INNER_SECRET, 2)
     assert stored(secured, topic) == 12
+
+
+def test_behind_a_proxy_the_broker_checks_the_clients_signature(secured, topic):
+    """A proxy checks no signature itself but passes the client's on with each call (docs/proxy.md)."""
+    proxied = {**secured, "access_point": secured["proxy_access_point"]}
+    send_and_receive(proxied, topic, ROOT, ROOT_SECRET, 3)
+    producer = started_producer(client_config(proxied, ROOT, "wrong-secret"))
+    try:
+        with pytest.raises(Exception):  # noqa: B017 (the official client's refusal has no type of its own)
+            producer.send(official_message(topic, b"refused"))
+    finally:
+        producer.shutdown()
+    assert stored(secured, topic) == 3
 
 
 @pytest.mark.parametrize("ak, sk", [("", ""), (ROOT, "wrong-secret"), ("mallory", ROOT_SECRET)],

@@ -156,10 +156,12 @@ def test_every_kind_knows_the_keys(kind):
     assert Config(kind, {}).as_strings()["authenticationEnabled"] == "false"
 
 
-def test_a_proxy_refuses_authentication_it_does_not_check():
-    with pytest.raises(QuorumqError, match="a proxy does not check signatures yet"):
-        Config(Kind.PROXY, {"namesrvAddr": "127.0.0.1:9876", "authenticationEnabled": "true",
-                            "innerClientAuthenticationCredentials": INNER})
+def test_a_proxy_checks_no_signature_and_signs_with_the_inner_credentials(caplog):
+    config = Config(Kind.PROXY, {"namesrvAddr": "127.0.0.1:9876", "authenticationEnabled": "true",
+                                 "innerClientAuthenticationCredentials": INNER})
+    assert config.inner_credentials().access_key == "inner"
+    assert "authenticationEnabled" not in config.as_strings()
+    assert "does not use: authenticationEnabled" in caplog.text
 
 
 @pytest.mark.parametrize("values, named", [
@@ -174,7 +176,7 @@ def test_a_proxy_refuses_authentication_it_does_not_check():
     ({"aclEnable": "false"}, "ACL 1.0"),
 ])
 def test_config_errors_name_the_key(values, named):
-    for kind in Kind:
+    for kind in (Kind.NAMESRV, Kind.BROKER, Kind.CONTROLLER):  # a proxy checks no signature
         with pytest.raises(QuorumqError) as caught:
             Config(kind, values)
         assert caught.value.error is Error.CONFIG_INVALID
