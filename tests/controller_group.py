@@ -43,6 +43,7 @@ class Group(ReplicaGroupBase):
         self.controllers = [p for p in cluster["processes"] if p["kind"] == "controller"]
         self.zookeepers = [p for p in cluster["processes"] if p["kind"] == "zookeeper"]
         self.zookeeper = self.zookeepers[0]
+        self.proxies = [p for p in cluster["processes"] if p["kind"] == "proxy"]
         self.controller_addresses = cluster["controller_addresses"]
 
     def routed_role(self, broker: dict) -> str:

@@ -290,6 +290,14 @@ def _written_length(segment: Path) -> int:
     return len(data.rstrip(b"\0"))
 
 
+def kill_proxy(group: Group, network: Network, rng: random.Random) -> tuple[str, Heal]:
+    """F17: SIGKILL one of the proxies sharing the official clients' port (SO_REUSEPORT);
+    started again at heal. Calls on its connections fail, and the clients' next connections
+    reach the other one: a proxy keeps no state."""
+    proxy = rng.choice(group.proxies)
+    return f"{Path(proxy['log']).parent.name} {proxy['address']}", _killed(proxy)
+
+
 Fault = Callable[[Group, Network, random.Random], tuple[str, Heal]]
 FAULTS: dict[str, Fault] = {
     "F1": kill_master, "F2": kill_slave, "F3": pause_slave, "F4": pause_master, "F5": controller_fault,
@@ -314,7 +322,11 @@ NETWORK_FAULTS = ("F6", "F7")
 # F14, pipeline faults: the replicator and its standby (pipeline.py), drawn by a run that has them.
 PIPELINE = "F14"
 HOLD_S[PIPELINE] = (10, 30)
-FAULT_KINDS = [*FAULTS, COMBINED, PIPELINE]
+# F17, a proxy killed: only the proxy profile's runs have proxies, so F13 does not draw it.
+PROXY_KILL = "F17"
+HOLD_S[PROXY_KILL] = (3, 10)
+KINDS: dict[str, Fault] = {**FAULTS, PROXY_KILL: kill_proxy}  # what _inject may inject, F14's aside
+FAULT_KINDS = [*FAULTS, COMBINED, PIPELINE, PROXY_KILL]
 # The faults that need a ZooKeeper ensemble of three (F13 draws from every kind above).
 ENSEMBLE_FAULTS = ("F13", "F15", "F16")
 
@@ -386,7 +398,7 @@ class Nemesis:
             self.error = error
 
     def _inject(self, kind: str) -> None:
-        inject = self.pipeline_fault if kind == PIPELINE else FAULTS[kind]
+        inject = self.pipeline_fault if kind == PIPELINE else KINDS[kind]
         target, heal = inject(self.group, self.network, self.rng)
         with self._lock:
             self._heals.append(heal)

@@ -4,8 +4,9 @@ beside the official client's FIFO producers and consumers; W7, W3 beside its tim
 transactions; W8, W3 beside churn of users and rules, secure profile only) and W2 consume
 workloads (for F14: the producers, one W2 group and W5, the replicator to a standby) and one
 fault kind of the B5 matrix, then healing, a final read of every replica and the checkers' verdict.
+The proxy profile puts two proxies in front of the group for the official client (W6, W7).
 
-    python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak|secure]
+    python tests/chaos/run.py --faults F1,F4 --count 2 --duration 180 [--seed N] [--profile weak|secure|proxy]
         [--workload W1|W4|W6|W7|W8] [--ledger tests/chaos/ledger.jsonl] [--keep DIR]
 
 Every run keeps its history, verdict and logs under its directory and prints the seed that replays
@@ -56,6 +57,7 @@ from nemesis import (  # noqa: E402
     ENSEMBLE_FAULTS,
     FAULT_KINDS,
     PIPELINE,
+    PROXY_KILL,
     Nemesis,
     mount_small_disks,
     unmount,
@@ -110,6 +112,11 @@ PROFILES[SECURE] = {
     "innerClientAuthenticationCredentials": json.dumps({"accessKey": SECURE_INNER.access_key,
                                                         "secretKey": SECURE_INNER.secret_key}),
 }
+# The proxy profile: the durable settings, with PROXIES proxies on one port (`quorumq up --proxies`,
+# SO_REUSEPORT) as the official client's endpoint; quorumq's own clients still reach the brokers.
+PROXY = "proxy"
+PROXIES = 2
+PROFILES[PROXY] = PROFILES["durable"]
 # The official client reads its trust roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) once per process.
 OFFICIAL_ROOTS_VARIABLE = "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"
 # The producers: idempotent resends (same message id and queue), plain ones, or idempotent ones
@@ -118,6 +125,7 @@ OFFICIAL_ROOTS_VARIABLE = "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"
 # beside W8's users and rules (authenticationEnabled: the secure profile).
 WORKLOADS = ("W3", "W1", "W4", "W6", "W7", "W8")
 SECURE_WORKLOADS = ("W8",)
+OFFICIAL_WORKLOADS = ("W6", "W7")  # the official client's: what a proxy serves
 WORKLOAD_SETS = {"W7": TIMER_TX_SETS}
 
 
@@ -172,7 +180,8 @@ def _run(fault: str, seed: int, duration_s: float, directory: Path, profile: str
     try:
         cluster = LocalCluster(directory / "cluster", replicas=3, controllers=2, sets=sets,
                                base_port=base_port, broker_sets=network.broker_sets(),
-                               zookeepers=3 if fault in ENSEMBLE_FAULTS else 1)
+                               zookeepers=3 if fault in ENSEMBLE_FAULTS else 1,
+                               proxies=PROXIES if profile == PROXY else 0)
         try:
             outcome = exercise(cluster, network, fault, seed, duration_s, history, directory, workload,
                                credentials)
@@ -275,12 +284,13 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
             workloads.append(TopicChurn(access_point, addresses, history, credentials))
         if workload == "W8":
             workloads.append(AccessChurn(access_point, addresses, TOPIC, history, seed, credentials))
-        if workload in ("W6", "W7"):
+        if workload in OFFICIAL_WORKLOADS:
             kind = FifoWorkload if workload == "W6" else TimerWorkload
-            # Over TLS the official client checks each broker's certificate against its endpoints
-            # joined into one name ("127.0.0.1:a,127.0.0.1:b"), which no certificate can hold: one
-            # broker, which forwards to the master, is its endpoint then.
-            endpoints = addresses[0] if tls.client_tls() else ";".join(addresses)
+            # The proxies' one port when the run has them. Over TLS the official client checks each
+            # broker's certificate against its endpoints joined into one name ("127.0.0.1:a,127.0.0.1:b"),
+            # which no certificate can hold: one broker, which forwards to the master, is its endpoint then.
+            endpoints = (cluster.info.get("proxy_access_point") or
+                         (addresses[0] if tls.client_tls() else ";".join(addresses)))
             workloads.append(kind(endpoints, history, seed, credentials))
         if fault == PIPELINE:
             standby = Pipeline(directory / "pipeline", access_point, TOPIC, QUEUES, consumers.groups[0], history)
@@ -291,7 +301,7 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         nemesis.start()
         time.sleep(duration_s)
         nemesis.stop()
-        processes = [*group.brokers, *group.controllers]
+        processes = [*group.brokers, *group.controllers, *group.proxies]
         exits = tuple(_name(process) for process in processes if not pid_alive(process["pid"]))
         group.restore()
         healed_at = time.monotonic()
@@ -384,7 +394,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(description="seeded chaos runs against a controller-mode broker group")
-    parser.add_argument("--faults", default=",".join(FAULT_KINDS), help=f"comma-separated, of {', '.join(FAULT_KINDS)}")
+    parser.add_argument("--faults", help=f"comma-separated, of {', '.join(FAULT_KINDS)} (default: every one the "
+                        "profile can run)")
     parser.add_argument("--count", type=int, default=1, help="runs of each fault")
     parser.add_argument("--duration", type=float, default=180.0, help="seconds of faults per run")
     parser.add_argument("--seed", type=int, help="the first run's seed (default: random); the next add 1")
@@ -393,7 +404,8 @@ def main() -> int:
     parser.add_argument("--ledger", type=Path, help="append each run's verdict to this JSON-lines file")
     parser.add_argument("--keep", type=Path, help="where runs keep their histories and logs (default: a temp dir)")
     opts = parser.parse_args()
-    faults = opts.faults.split(",")
+    faults = opts.faults.split(",") if opts.faults else [
+        kind for kind in FAULT_KINDS if kind != PROXY_KILL or opts.profile == PROXY]
     unknown = set(faults) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
@@ -401,6 +413,11 @@ def main() -> int:
         parser.error(f"{PIPELINE} has no {SECURE} runs: the replicator cannot sign its calls")
     if opts.workload in SECURE_WORKLOADS and opts.profile != SECURE:
         parser.error(f"{opts.workload} needs --profile {SECURE}: users and rules need authenticationEnabled")
+    if opts.profile == PROXY and opts.workload not in OFFICIAL_WORKLOADS:
+        parser.error(f"--profile {PROXY} needs --workload {' or '.join(OFFICIAL_WORKLOADS)}: only the official "
+                     "client goes through the proxies")
+    if PROXY_KILL in faults and opts.profile != PROXY:
+        parser.error(f"{PROXY_KILL} needs --profile {PROXY}: only its runs have proxies to kill")
     base = opts.keep or Path(tempfile.mkdtemp(prefix="chaos-"))
     seed = opts.seed if opts.seed is not None else random.randrange(1 << 31)
     failed = 0

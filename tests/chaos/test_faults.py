@@ -1,21 +1,22 @@
 """The chaos smoke suite: each fault kind of the nemesis once, a short run on real processes with
-the durable settings, judged by every checker; and one run of the FIFO workload (W6). `make chaos`
-runs the long ones (tests/chaos/run.py).
+the durable settings (F17, a proxy killed, with the proxy profile and W6), judged by every checker;
+and one run of the FIFO workload (W6). `make chaos` runs the long ones (tests/chaos/run.py).
 
 A failure shows the verdict table and the seed that replays the run's fault schedule."""
 
 import pytest
 
-from nemesis import FAULT_KINDS
+from nemesis import FAULT_KINDS, PROXY_KILL
 from quorumq.config import Config, Kind, read_properties
 from quorumq.core.retention import parse_delete_when, retention_action
-from run import PROFILES, SECURE, run
+from run import PROFILES, PROXY, SECURE, run
 from workload import FifoUnsupported
 
 SMOKE_SECONDS = 20.0
 SMOKE_SEED = 5000  # fixed, so CI replays the same schedules; make chaos draws fresh seeds
 FIFO_SMOKE_SEED = 5100
 SECURE_SMOKE_SEED = 5200
+PROXY_SMOKE_SEED = 5300
 SECURE_SMOKE_SECONDS = 5.0  # the profile reaches every client: the long runs put it under faults
 
 
@@ -34,7 +35,7 @@ def test_a_full_disk_makes_no_broker_of_a_run_delete_unexpired_segments(profile)
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("fault", FAULT_KINDS)
+@pytest.mark.parametrize("fault", [kind for kind in FAULT_KINDS if kind != PROXY_KILL])
 def test_no_acknowledged_send_is_lost_under(fault, tmp_path):
     seed = SMOKE_SEED + FAULT_KINDS.index(fault)
     result = run(fault, seed, SMOKE_SECONDS, tmp_path / fault)
@@ -77,3 +78,17 @@ def test_every_client_of_a_secure_run_signs_its_calls_over_tls(tmp_path):
                 if "refused: UNAUTHENTICATED" in line or "refused: NO_PERMISSION" in line
                 or "Handshake failed" in line]
     assert not refusals, refusals[:5]
+
+
+@pytest.mark.timeout(240)
+def test_official_clients_through_two_proxies_keep_fifo_order_when_one_is_killed(tmp_path):
+    """The proxy profile: W6's official clients reach the group through two proxies on one port,
+    and F17 kills one of them (restarted at heal). Their calls on its connections fail, the next
+    ones reach the other proxy, and every checker passes, C12 and C10 (no proxy exited on its own)
+    included."""
+    result = run(PROXY_KILL, PROXY_SMOKE_SEED, SMOKE_SECONDS, tmp_path / PROXY, profile=PROXY, workload="W6")
+    figures = result.rows["checks"]["C12 FIFO"]
+    assert result.rows["faults"] >= 1 and figures["deliveries"], figures
+    replay = (f"python tests/chaos/run.py --faults {PROXY_KILL} --seed {PROXY_SMOKE_SEED} --count 1 "
+              f"--profile {PROXY} --workload W6")
+    assert result.ok, f"{result.table}\nreplay: {replay}"
