@@ -40,6 +40,7 @@ from quorumq.protocol.v5 import (
     settings_reply,
     topic_name,
 )
+from quorumq.proxy import telemetry
 from quorumq.proxy.sends import SendLines
 
 log = logging.getLogger("quorumq.proxy")
@@ -160,17 +161,27 @@ class ProxyMessagingService(UnservedMessagingService):
         return v5s.NotifyClientTerminationResponse(status=OK)
 
     async def Telemetry(self, request_iterator, context):
-        """Each settings command answered with the proxy's values and, for a consumer, its group's
-        config as a broker holds it; no transaction checks come this way yet."""
-        async for command in request_iterator:
-            if not command.HasField("settings"):
-                continue
-            try:
-                group = await self._group(command.settings.subscription)
-                yield v5s.TelemetryCommand(status=OK, settings=settings_reply(command.settings, self.max_body_bytes,
-                                                                              group))
-            except Exception as exc:
-                yield v5s.TelemetryCommand(status=failure_status(exc, "Telemetry", self.serving))
+        """Each settings command answered here; a producer's transaction checks come from the
+        brokers of its topics (proxy/telemetry.py)."""
+        async for command in telemetry.serve(request_iterator, forwarded_metadata(context), self._settings,
+                                             self._replicas, self.channels):
+            yield command
+
+    async def _settings(self, settings: v5.Settings) -> v5s.TelemetryCommand:
+        """The proxy's values and, for a consumer, its group's config as a broker holds it."""
+        try:
+            group = await self._group(settings.subscription)
+            return v5s.TelemetryCommand(status=OK, settings=settings_reply(settings, self.max_body_bytes, group))
+        except Exception as exc:
+            return v5s.TelemetryCommand(status=failure_status(exc, "Telemetry", self.serving))
+
+    async def _replicas(self, topics) -> dict[str, str]:
+        """Every replica of the broker groups serving any of `topics`: its address -> its group."""
+        found: dict[str, str] = {}
+        for topic in topics:
+            for broker_name in {queue.broker.name for queue in (await self._route(topic)).message_queues}:
+                found.update(dict.fromkeys(self._brokers.get(broker_name, ()), broker_name))
+        return found
 
     async def _group(self, subscription: v5.Subscription) -> SubscriptionGroup:
         """The group's subscription config from a broker group of its first topic (updateSubGroup
