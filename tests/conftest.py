@@ -6,8 +6,12 @@ from pathlib import Path
 import pytest
 
 from controller_group import started_group
-from harness import SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer, wait_registered
+from harness import ACCESS, SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer, wait_registered
 from quorumq.client import AdminClient, Blocking
+
+
+def pytest_report_header(config) -> str:
+    return f"the official clients' access (QUORUMQ_ACCESS): {ACCESS}"
 
 
 @pytest.fixture

@@ -44,6 +44,14 @@ CLI_TIMEOUT_S = 60.0
 SMALL_MESSAGE_SIZE = 64 * 1024  # maxMessageSize of the small_message_cluster fixture
 # The v5 MessagingService's method paths, for calls made with a raw gRPC channel.
 MESSAGING_SERVICE = "/apache.rocketmq.v2.MessagingService/"
+# QUORUMQ_ACCESS=proxy: every cluster LocalCluster starts has a proxy too (`up --proxies 1`), and the
+# official clients reach the brokers through it (official_access_point); "direct" (the default): the
+# name server is their access point, as without proxies. Raw v5 calls and quorumq's own clients are
+# the same in both modes.
+ACCESS = os.environ.get("QUORUMQ_ACCESS", "direct")
+if ACCESS not in ("direct", "proxy"):
+    raise RuntimeError(f"QUORUMQ_ACCESS={ACCESS!r}: direct or proxy")
+THROUGH_PROXY = ACCESS == "proxy"
 # Brokers preallocate whole segments: 64 MiB (room for a 4 MiB message) instead of 1 GiB keeps a
 # run's clusters from filling the disk past diskSpaceWarningLevelRatio.
 TEST_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -352,7 +360,8 @@ def wait_registered(cluster: dict, timeout: float = CLUSTER_START_TIMEOUT_S) -> 
 
 
 class LocalCluster:
-    """`quorumq up` in a subprocess; `start()` returns the parsed cluster.json."""
+    """`quorumq up` in a subprocess; `start()` returns the parsed cluster.json. Under
+    QUORUMQ_ACCESS=proxy it starts at least one proxy."""
 
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
@@ -361,6 +370,7 @@ class LocalCluster:
         self.directory = Path(directory)
         self.open_files = open_files  # a soft RLIMIT_NOFILE for `up` and the processes it starts
         self.base_port = base_port or free_base_port()
+        proxies = max(proxies, 1 if THROUGH_PROXY else 0)
         self.args = ["--dir", str(self.directory), "--base-port", str(self.base_port), "--brokers", str(brokers),
                      "--replicas", str(replicas)]
         if cluster:
@@ -550,8 +560,14 @@ def send_sync_and_async(producer: Producer, topic: str, count: int) -> dict[str,
     return sent
 
 
+def official_access_point(cluster: dict) -> str:
+    """Where the official clients reach the cluster: its proxies under QUORUMQ_ACCESS=proxy, else
+    the name server."""
+    return cluster["proxy_access_point"] if THROUGH_PROXY else cluster["access_point"]
+
+
 def configuration(cluster) -> ClientConfiguration:
-    return ClientConfiguration(cluster["access_point"], Credentials(), request_timeout=5)
+    return ClientConfiguration(official_access_point(cluster), Credentials(), request_timeout=5)
 
 
 def started_producer(config: ClientConfiguration) -> Producer:

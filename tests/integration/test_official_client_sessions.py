@@ -22,7 +22,16 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from rocketmq.v5.exception import BadRequestException
 
-from harness import check_for, log_end, log_since, official_message, process_of, v5_message, v5_send
+from harness import (
+    check_for,
+    log_end,
+    log_since,
+    official_access_point,
+    official_message,
+    process_of,
+    v5_message,
+    v5_send,
+)
 from node_client import NodeClient, NodeError
 from quorumq.client import AdminClient, Blocking
 
@@ -77,7 +86,7 @@ def test_refused_group_ends_the_node_clients_startup_with_the_error(shared_clust
     with NodeClient(tmp_path / "node-client.log") as node:
         started = time.monotonic()
         with pytest.raises(NodeError, match="ILLEGAL_CONSUMER_GROUP"):
-            node.call("consumer", timeout=STARTUP_TIMEOUT_S, access_point=shared_cluster["access_point"],
+            node.call("consumer", timeout=STARTUP_TIMEOUT_S, access_point=official_access_point(shared_cluster),
                       group=REFUSED_GROUP, topic=f"T{uuid.uuid4().hex[:8]}")
         assert time.monotonic() - started < STARTUP_TIMEOUT_S
     assert "Traceback" not in log_since(broker, position)

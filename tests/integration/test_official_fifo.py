@@ -12,11 +12,12 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 
-from harness import check_for, new_name, official_message, receive_all, telemetry_settings, typed_topic
+from harness import THROUGH_PROXY, check_for, new_name, official_message, receive_all, telemetry_settings, typed_topic
 from quorumq.broker.consumers import decode_handle
 from quorumq.client import Blocking, Message, Producer
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.core.message_types import fifo_queue
+from quorumq.core.proxy_handles import unwrap
 from quorumq.core.subscription import EXPONENTIAL, RetryPolicy, SubscriptionGroup
 from quorumq.protocol.configs import group_to_pb
 
@@ -31,6 +32,12 @@ def fifo_message(topic: str, body: bytes, group: str):
     message = official_message(topic, body)
     message.message_group = group
     return message
+
+
+def stored_queue(message) -> int:
+    """The queue a received message was stored on, named by its receipt handle (which a proxy
+    prefixes with its broker group's name)."""
+    return decode_handle(unwrap(message.receipt_handle)[1] if THROUGH_PROXY else message.receipt_handle)[0]
 
 
 def raw_send(stub, topic: str, group: str | None) -> v5s.SendMessageResponse:
@@ -60,7 +67,7 @@ def test_a_fifo_send_is_send_ok_on_its_groups_queue_and_delivered_with_its_group
         assert {m.message_id: m.message_group for m in received} == sent
         # One group, one queue: the broker's choice over the topic's 4 write queues (the receipt
         # handle names the queue a message was stored on).
-        assert {(m.message_group, decode_handle(m.receipt_handle)[0]) for m in received} == {
+        assert {(m.message_group, stored_queue(m)) for m in received} == {
             (group, fifo_queue(group, 4)) for group in set(sent.values())}
         for message in received:
             consumer.ack(message)

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from controller_group import FAILOVER_S
-from harness import LocalCluster, check_for, stop_process, wait_registered
+from harness import LocalCluster, check_for, official_access_point, stop_process, wait_registered
 from node_client import NodeClient
 
 STARTUP_TIMEOUT_S = 15.0
@@ -99,15 +99,15 @@ def send_receive_ack_and_invisible_time(node: NodeClient, access_point: str, top
 
 
 def test_send_receive_ack_and_invisible_time_on_a_single_broker(node, shared_cluster):
-    send_receive_ack_and_invisible_time(node, shared_cluster["access_point"], f"T{uuid.uuid4().hex[:8]}")
+    send_receive_ack_and_invisible_time(node, official_access_point(shared_cluster), f"T{uuid.uuid4().hex[:8]}")
 
 
 def test_send_receive_ack_and_invisible_time_on_a_replica_group(node, replica_cluster):
-    send_receive_ack_and_invisible_time(node, replica_cluster["access_point"], f"T{uuid.uuid4().hex[:8]}")
+    send_receive_ack_and_invisible_time(node, official_access_point(replica_cluster), f"T{uuid.uuid4().hex[:8]}")
 
 
 def test_send_receive_ack_and_invisible_time_in_controller_mode(node, group):
-    send_receive_ack_and_invisible_time(node, group.cluster["access_point"], group.new_topic())
+    send_receive_ack_and_invisible_time(node, official_access_point(group.cluster), group.new_topic())
 
 
 def test_sends_keep_being_acknowledged_across_the_masters_sigkill(node, group):
@@ -115,7 +115,7 @@ def test_sends_keep_being_acknowledged_across_the_masters_sigkill(node, group):
     client, unchanged, moves to a live one: sends are acknowledged again at once, and every
     acknowledged message is there to receive afterwards."""
     topic = group.new_topic()
-    start_clients(node, group.cluster["access_point"], topic, f"G{uuid.uuid4().hex[:8]}")
+    start_clients(node, official_access_point(group.cluster), topic, f"G{uuid.uuid4().hex[:8]}")
     node.call("send_every", topic=topic, interval_ms=SEND_INTERVAL_MS)
     node.wait_events(lambda events: sum(e["ok"] for e in events) >= 10, 10, "10 sends acknowledged")
     master = group.master()

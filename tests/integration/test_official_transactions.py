@@ -24,7 +24,16 @@ from rocketmq.grpc_protocol import service_pb2 as v5s
 from rocketmq.grpc_protocol import service_pb2_grpc as v5_grpc
 from rocketmq.v5.exception import ClientException
 
-from harness import LocalCluster, check_for, new_name, official_message, simple_consumer, typed_topic
+from harness import (
+    THROUGH_PROXY,
+    LocalCluster,
+    check_for,
+    new_name,
+    official_access_point,
+    official_message,
+    simple_consumer,
+    typed_topic,
+)
 from timer_transaction_support import (
     COMMIT,
     ROLLBACK,
@@ -64,8 +73,10 @@ def arrivals(client_config, topic):
 
 
 @pytest.fixture
-def stub(masters):
-    with grpc.insecure_channel(masters[0]) as channel:
+def stub(shared_cluster, masters):
+    """Raw v5 calls where the official client makes its own: through the proxy, whose transaction
+    ids it holds, under QUORUMQ_ACCESS=proxy."""
+    with grpc.insecure_channel(official_access_point(shared_cluster) if THROUGH_PROXY else masters[0]) as channel:
         yield v5_grpc.MessagingServiceStub(channel)
 
 
