@@ -66,6 +66,11 @@ class _SlaveConnection:
     start_offset: int  # where its stream starts (see ReplicationMaster._check_handshake)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     master_offset_at_send: int = 0  # the master's log end when it last sent DATA: "caught up" is an ack past it
+    position: int = field(init=False)  # where the next DATA frame starts
+    idle: bool = False  # the sender has sent everything and waits for notify_appended
+
+    def __post_init__(self) -> None:
+        self.position = self.start_offset
 
 
 class ReplicationMaster:
@@ -158,9 +163,24 @@ class ReplicationMaster:
     # What the put path calls.
 
     def notify_appended(self) -> None:
-        """The commit log grew: wake every sender that has caught up."""
+        """The commit log grew. A sender that has caught up gets the new records from here, in the
+        put's own step, so a send waiting for copies does not also wait for the sender's turn in
+        the loop; any other sender is woken."""
         for connection in self._connections.values():
-            connection.wake.set()
+            if not (connection.idle and self._pushed(connection)):
+                connection.wake.set()
+
+    def _pushed(self, connection: _SlaveConnection) -> bool:
+        """Send an idle connection's new records now, in one frame; whether that was all of them
+        and its socket took them."""
+        transport = connection.writer.transport
+        if transport.get_write_buffer_size():
+            return False
+        try:
+            self._send_data(connection)
+        except Exception:  # noqa: BLE001 - the woken sender meets it again and ends the connection
+            return False
+        return connection.position == self._store.max_offset and not transport.get_write_buffer_size()
 
     def in_sync_replicas(self, gap: int, master_offset: int | None = None) -> int:
         """The master plus its slaves within `gap` bytes (haMaxGapNotInSync) of `master_offset`
@@ -345,26 +365,33 @@ class ReplicationMaster:
         if first.exception() is not None:
             raise first.exception()
 
+    def _send_data(self, connection: _SlaveConnection) -> bool:
+        """Write the DATA frame of the records from the connection's position on, if any."""
+        position = connection.position
+        epoch, epoch_start, epoch_end = self._position_epoch(position)  # re-read per frame (#9689)
+        limit = self._batch_bytes if epoch_end is None else min(self._batch_bytes, epoch_end - position)
+        connection.master_offset_at_send = self._store.max_offset
+        data = self._store.read_raw(position, limit)
+        if not data:
+            return False
+        assert epoch_end is None or position + len(data) <= epoch_end, (position, len(data), epoch_end)
+        connection.writer.write(connection.codec.encode(Data(epoch, epoch_start, position, self._confirm_offset(),
+                                                             data)))
+        connection.position = position + len(data)
+        self.tracker.on_sent(connection.handshake.broker_id, connection.session, connection.position)
+        return True
+
     async def _send_loop(self, connection: _SlaveConnection) -> None:
-        slave_id, session = connection.handshake.broker_id, connection.session
         writer, codec = connection.writer, connection.codec
-        position = connection.start_offset
         while True:
             connection.wake.clear()
-            epoch, epoch_start, epoch_end = self._position_epoch(position)  # re-read per frame (#9689)
-            limit = self._batch_bytes if epoch_end is None else min(self._batch_bytes, epoch_end - position)
-            connection.master_offset_at_send = self._store.max_offset
-            data = self._store.read_raw(position, limit)
-            if data:
-                assert epoch_end is None or position + len(data) <= epoch_end, (position, len(data), epoch_end)
-                writer.write(codec.encode(Data(epoch, epoch_start, position, self._confirm_offset(), data)))
-                position += len(data)
-                self.tracker.on_sent(slave_id, session, position)
+            if self._send_data(connection):
                 await writer.drain()
                 # drain() does not yield while the socket takes everything; a slave catching up
                 # must not keep the loop from the put path.
                 await asyncio.sleep(0)
                 continue
+            connection.idle = True
             try:
                 async with asyncio.timeout(self._heartbeat_s):
                     await connection.wake.wait()
@@ -373,6 +400,8 @@ class ReplicationMaster:
                 writer.write(codec.encode(Heartbeat(epoch, epoch_start, self._store.max_offset,
                                                     self._confirm_offset())))
                 await writer.drain()
+            finally:
+                connection.idle = False
 
     async def _receive_loop(self, connection: _SlaveConnection, reader: asyncio.StreamReader) -> None:
         slave_id, session, codec = connection.handshake.broker_id, connection.session, connection.codec
