@@ -15,7 +15,7 @@ SETUP_STAMP := $(VENV)/.setup-done
 NODE_DIR := tests/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.setup-done
 
-.PHONY: setup run lint test chaos bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security bench-rpc-servers bench-proxy clean
+.PHONY: setup run lint test test-proxy chaos chaos-proxy bench bench-replicas bench-failover bench-client-failover bench-replicator bench-topics bench-fifo bench-timers bench-security bench-rpc-servers bench-proxy clean
 
 setup: $(SETUP_STAMP) $(NODE_STAMP)
 
@@ -51,8 +51,16 @@ lint: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 
+# The transaction tests run a second time with the official client through a proxy: the only place
+# `make test` runs a producer's transaction checks relayed by the proxy (proxy/telemetry.py).
 test: lint
 	$(PY) -m pytest
+	QUORUMQ_ACCESS=proxy $(PY) -m pytest tests/integration/test_official_transactions.py
+
+# Every official-client test with every official client through a proxy (QUORUMQ_ACCESS=proxy: each
+# cluster a test starts gets `up --proxies 1`; docs/proxy.md), about 4 minutes.
+test-proxy: lint
+	QUORUMQ_ACCESS=proxy $(PY) -m pytest tests/integration/test_official_*.py
 
 # Seeded fault-injection runs (tests/chaos): COUNT runs of DURATION seconds for each of FAULTS (default:
 # every fault kind the nemesis knows); each verdict is appended to the ledger, and docs/reliability.md
@@ -67,6 +75,12 @@ chaos: setup
 		--workload $(WORKLOAD) \
 		--ledger tests/chaos/ledger.jsonl --keep run/chaos; \
 	status=$$?; $(PY) tests/chaos/report.py; exit $$status
+
+# The proxy profile (docs/reliability.md): the official clients' workloads through two proxies, under
+# a master's kill (F1), a master's pause (F4) and a proxy's kill (F17).
+chaos-proxy: setup
+	$(MAKE) --no-print-directory chaos FAULTS=F1,F4,F17 PROFILE=proxy WORKLOAD=W6
+	$(MAKE) --no-print-directory chaos FAULTS=F1,F4,F17 PROFILE=proxy WORKLOAD=W7
 
 # The settings docs/benchmarks.md reports; each script prints its table and writes bench/results/.
 bench: setup
