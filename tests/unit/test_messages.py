@@ -10,6 +10,7 @@ from quorumq.broker.consumers import encode_handle
 from quorumq.core import codec, properties
 from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol import messages as v5_messages
 from quorumq.protocol import v5 as v5_protocol
 from quorumq.store import StoredMessage
 
@@ -24,7 +25,7 @@ def message(**system):
 
 def rejected(msg, error):
     with pytest.raises(QuorumqError) as caught:
-        messages.incoming(msg, max_body_bytes=1024, explicit_queue=False)
+        v5_messages.incoming(msg, max_body_bytes=1024, explicit_queue=False)
     assert caught.value.error is error
     return str(caught.value)
 
@@ -32,11 +33,11 @@ def rejected(msg, error):
 def test_a_good_message_as_the_store_takes_it():
     good = message(tag="TagA", keys=["k1", "k2"], user={"a": "b"}, queue_id=3, born_host="10.0.0.1")
     good.system_properties.born_timestamp.FromMilliseconds(1234567)
-    stored = messages.incoming(good, 1024, explicit_queue=True)
+    stored = v5_messages.incoming(good, 1024, explicit_queue=True)
     assert stored.properties == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ID1", "a": "b"}
     assert (stored.topic, stored.queue_id, stored.body, stored.born_timestamp_ms, stored.born_host) == (
         "T", 3, b"hello", 1234567, "10.0.0.1")
-    assert messages.incoming(good, 1024, explicit_queue=False).queue_id == -1, "the broker picks the queue"
+    assert v5_messages.incoming(good, 1024, explicit_queue=False).queue_id == -1, "the broker picks the queue"
 
 
 def test_rules():
@@ -68,7 +69,7 @@ def test_a_delay_message_carries_its_delivery_time_in_and_out(seconds, nanos, de
     delay = message(message_type=v5.MessageType.DELAY)
     stamp = delay.system_properties.delivery_timestamp
     stamp.seconds, stamp.nanos = seconds, nanos
-    stored = messages.incoming(delay, 1024, explicit_queue=False)
+    stored = v5_messages.incoming(delay, 1024, explicit_queue=False)
     assert stored.properties[properties.TIMER_DELIVER_MS] == str(deliver_ms)
     out = messages.outgoing(StoredMessage("T", 0, 0, 0, 0, 0, 0, 0, "h", 0, "s", 0, stored.properties, b"x"))
     assert (out.system_properties.delivery_timestamp.ToMilliseconds(), out.system_properties.message_type) == (
@@ -77,7 +78,7 @@ def test_a_delay_message_carries_its_delivery_time_in_and_out(seconds, nanos, de
 
 
 def test_a_transactional_message_is_marked_and_takes_no_delivery_time():
-    stored = messages.incoming(message(message_type=v5.MessageType.TRANSACTION), 1024, explicit_queue=False)
+    stored = v5_messages.incoming(message(message_type=v5.MessageType.TRANSACTION), 1024, explicit_queue=False)
     assert stored.properties[properties.TRANSACTION] == "true"
     both = message(message_type=v5.MessageType.TRANSACTION)
     both.system_properties.delivery_timestamp.seconds = 1
@@ -86,18 +87,18 @@ def test_a_transactional_message_is_marked_and_takes_no_delivery_time():
 
 def test_a_fifo_message_carries_its_group_in_and_out():
     fifo = message(message_type=v5.MessageType.FIFO, message_group="order-7")
-    stored = messages.incoming(fifo, 1024, explicit_queue=False)
+    stored = v5_messages.incoming(fifo, 1024, explicit_queue=False)
     assert stored.properties[properties.MESSAGE_GROUP] == "order-7"
     out = messages.outgoing(StoredMessage("T", 0, 0, 0, 0, 0, 0, 0, "h", 0, "s", 0, stored.properties, b"x"))
     assert (out.system_properties.message_group, out.system_properties.message_type) == (
         "order-7", v5.MessageType.FIFO)
     assert "message_group" not in out.user_properties and properties.MESSAGE_GROUP not in out.user_properties
     # The type is the properties': a FIFO type without a group is a NORMAL message (the topic's check refuses it).
-    assert properties.MESSAGE_GROUP not in messages.incoming(message(message_type=v5.MessageType.FIFO), 1024,
+    assert properties.MESSAGE_GROUP not in v5_messages.incoming(message(message_type=v5.MessageType.FIFO), 1024,
                                                              False).properties
     for group in (" ", "a\tb", "g\x7f", "x" * (limits.MESSAGE_GROUP_LENGTH_MAX + 1)):
         rejected(message(message_group=group), Error.ILLEGAL_MESSAGE_GROUP)
-    assert messages.incoming(message(message_group="é" * limits.MESSAGE_GROUP_LENGTH_MAX), 1024, False)
+    assert v5_messages.incoming(message(message_group="é" * limits.MESSAGE_GROUP_LENGTH_MAX), 1024, False)
 
 
 def test_names():

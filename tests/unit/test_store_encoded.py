@@ -11,8 +11,8 @@ from quorumq.client.producer import Message, RecordEncoder, _encoded_properties
 from quorumq.core import codec, properties
 from quorumq.core.message_types import RecordRules, fifo_queue
 from quorumq.core.message_types import TopicMessageType as T
-from quorumq.endpoint import messages as v5_messages
 from quorumq.errors import Error, QuorumqError
+from quorumq.protocol import messages as v5_messages
 from quorumq.store import GetStatus
 
 BORN_MS = 1_600_000_000_000

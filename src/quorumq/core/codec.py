@@ -84,6 +84,22 @@ class Frame(IntEnum):
     BAD_CRC = 5  # framing holds but the checksum does not
 
 
+@dataclass(slots=True, kw_only=True)
+class MessageIn:
+    """A message as a send gives it to the store, before the store assigns its offsets: what a
+    broker's v5 endpoint and a proxy make of a client's message (protocol/messages.py)."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: Mapping[str, str]
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp_ms: int
+    born_host: str
+    reconsume_times: int = 0
+
+
 @dataclass(slots=True)
 class StoredMessage:
     topic: str

@@ -1,6 +1,7 @@
-"""The rules a message must keep, as pure checks both sides share: the broker applies them to what
-a v5 client sends (endpoint/messages.py), quorumq's producer to what it encodes itself, so both
-store the same properties for the same message. A broken rule raises the catalogue error naming it.
+"""The rules a message must keep, as pure checks both sides share: a broker and a proxy apply them
+to what a v5 client sends (protocol/messages.py), quorumq's producer to what it encodes itself, so
+both store the same properties for the same message. A broken rule raises the catalogue error
+naming it.
 """
 
 import re

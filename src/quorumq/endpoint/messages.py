@@ -1,68 +1,27 @@
-"""Checking v5 messages on the way in and building them on the way out.
-
-What a client sends is validated here against `limits` before the broker sees it; a message that
-breaks a rule gets the catalogue error naming the rule. The rules on a message's own fields live in
-core/message_rules.py, which quorumq's producer applies too.
-"""
+"""Building v5 messages on the way out, and reading a receive's filter. The checks on the way in
+are protocol/messages.py's `incoming`, which a proxy applies too."""
 
 import hashlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as v5
 
-from quorumq import limits
 from quorumq.core import properties
-from quorumq.core.message_rules import check_body, quoted, stored_properties
+from quorumq.core.message_rules import quoted
 from quorumq.core.message_types import TopicMessageType, message_type
-from quorumq.core.timers import delivery_ms
 from quorumq.errors import Error, QuorumqError
-from quorumq.protocol.v5 import resource, topic_name
-from quorumq.store import MessageIn
+from quorumq.protocol.v5 import resource
 
-__all__ = ["answer_bytes", "incoming", "outgoing", "tag_filter"]
+__all__ = ["answer_bytes", "outgoing", "tag_filter"]
 
 # Enum values read once: look-ups through the generated wrappers are slow on the hot path.
 _NORMAL = v5.MessageType.NORMAL
 _GZIP = v5.Encoding.GZIP
 _IDENTITY = v5.Encoding.IDENTITY
 _MD5 = v5.DigestType.MD5
-_TRANSACTION = v5.MessageType.TRANSACTION
-_UNSUPPORTED_TYPES = {v5.MessageType.LITE: "LITE", v5.MessageType.PRIORITY: "PRIORITY"}
 # A delivered message's type, from its stored properties (core/message_types.py).
 _V5_TYPES = {TopicMessageType.NORMAL: _NORMAL, TopicMessageType.FIFO: v5.MessageType.FIFO,
              TopicMessageType.DELAY: v5.MessageType.DELAY, TopicMessageType.TRANSACTION: v5.MessageType.TRANSACTION}
-
-
-def incoming(message: v5.Message, max_body_bytes: int, explicit_queue: bool) -> MessageIn:
-    """An incoming message as the store takes it, after every check on it (each field read once:
-    this runs for every message sent). Its type is its properties' (a message group makes it
-    FIFO, a delivery timestamp DELAY), as RocketMQ decides it: the type the client names is read
-    only for a transaction, which has no property of its own on the wire, and to refuse the types
-    not built."""
-    system = message.system_properties
-    kind = system.message_type
-    if kind != _NORMAL and kind in _UNSUPPORTED_TYPES:
-        raise QuorumqError(Error.MESSAGE_TYPE_UNSUPPORTED,
-                           f"{_UNSUPPORTED_TYPES[kind]} messages are not supported; send NORMAL, FIFO, DELAY or "
-                           "TRANSACTION messages")
-    body = message.body
-    check_body(body, max_body_bytes)
-    stored = stored_properties(system.message_id, message.user_properties,
-                               system.tag if system.HasField("tag") else None, system.keys,
-                               system.body_encoding == _GZIP,
-                               system.message_group if system.HasField("message_group") else None)
-    if kind == _TRANSACTION:
-        stored[properties.TRANSACTION] = "true"
-    if system.HasField("delivery_timestamp"):
-        if kind == _TRANSACTION:
-            raise QuorumqError(Error.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                               "a transactional message takes no delivery timestamp")
-        stamp = system.delivery_timestamp
-        stored[properties.TIMER_DELIVER_MS] = str(delivery_ms(stamp.seconds, stamp.nanos))
-    born = system.born_timestamp
-    return MessageIn(topic=topic_name(message.topic), queue_id=system.queue_id if explicit_queue else -1,
-                     body=body, properties=stored, born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
-                     born_host=system.born_host[:limits.HOST_LENGTH_MAX])
 
 
 def _timestamp(ms: int) -> Timestamp:

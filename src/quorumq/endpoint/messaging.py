@@ -6,7 +6,6 @@ and an unexpected failure is logged and answered INTERNAL_ERROR while the server
 
 import asyncio
 import contextlib
-import functools
 import logging
 from typing import Awaitable, Callable
 
@@ -22,7 +21,6 @@ from quorumq.broker.dead_letters import ahead_of
 from quorumq.broker.send_path import PutResult
 from quorumq.clock import Clock
 from quorumq.cluster import cluster_pb2 as pb
-from quorumq.core.put_status import PutStatus
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.core.timers import encode_recall_handle
 from quorumq.core.transactions import Decision, encode_transaction_id
@@ -30,6 +28,7 @@ from quorumq.endpoint import messages
 from quorumq.errors import Error, QuorumqError
 from quorumq.protocol.authentication import check_settings
 from quorumq.protocol.constants import EXPLICIT_QUEUE_HEADER
+from quorumq.protocol.messages import incoming, stored_status
 from quorumq.protocol.v5 import (
     NO_NEW_MESSAGE,
     OK,
@@ -44,7 +43,6 @@ from quorumq.protocol.v5 import (
     status,
     topic_name,
 )
-from quorumq.protocol.wire_errors import PUT_STATUS_CODES
 from quorumq.store import GetStatus, MessageIn
 
 log = logging.getLogger("quorumq.endpoint")
@@ -89,26 +87,9 @@ def _answer_limit(context) -> int | None:
     return None if language in limits.UNLIMITED_RECEIVE_LANGUAGES else limits.RECEIVE_ANSWER_BYTES_MAX
 
 
-def _put_status_message(put_status: PutStatus) -> str:
-    if put_status is PutStatus.PUT_OK:
-        return put_status.send_status
-    if put_status.stored:
-        return f"{put_status.send_status}: the message is stored on the master but not acknowledged as asked"
-    return f"{put_status.send_status}: fewer replicas are in sync than the write needs; nothing was stored"
-
-
-@functools.lru_cache(maxsize=len(PutStatus) * 8)
-def _stored_status(put_status: PutStatus, master_epoch: int) -> v5.Status:
-    """In controller mode the message names the master epoch that answered (the v5 result has no
-    field for it); a deposed master answers nothing, so that is the epoch that acknowledged."""
-    message = _put_status_message(put_status)
-    return v5.Status(code=PUT_STATUS_CODES[put_status],
-                     message=f"{message} (master epoch {master_epoch})" if master_epoch else message)
-
-
 def _entry_status(result: PutResult) -> v5.Status:
-    return error_status(result.error) if result.error is not None else _stored_status(result.status,
-                                                                                      result.master_epoch)
+    return error_status(result.error) if result.error is not None else stored_status(result.status,
+                                                                                     result.master_epoch)
 
 
 class MessagingService(UnservedMessagingService):
@@ -213,11 +194,11 @@ class MessagingService(UnservedMessagingService):
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries 1..{limits.BATCH_MESSAGES_MAX} messages")
         explicit = any(key == EXPLICIT_QUEUE_HEADER and value == "1"
                        for key, value in context.invocation_metadata() or ())
-        incoming = [self._incoming(message, explicit) for message in request.messages]
-        if sum(len(item.body) for item in incoming if isinstance(item, MessageIn)) > limits.BATCH_BYTES_MAX:
+        checked = [self._incoming(message, explicit) for message in request.messages]
+        if sum(len(item.body) for item in checked if isinstance(item, MessageIn)) > limits.BATCH_BYTES_MAX:
             raise QuorumqError(Error.BATCH_TOO_LARGE, f"a request carries at most {limits.BATCH_BYTES_MAX} bytes "
                                                       "of bodies")
-        results = await self.broker.put(incoming, answer_by(context, self.broker.clock))
+        results = await self.broker.put(checked, answer_by(context, self.broker.clock))
         response = v5s.SendMessageResponse()
         add_entry = response.entries.add  # adding in place copies less than building a list
         first_failure = None
@@ -244,7 +225,7 @@ class MessagingService(UnservedMessagingService):
 
     def _incoming(self, message: v5.Message, explicit_queue: bool) -> MessageIn | QuorumqError:
         try:
-            return messages.incoming(message, self.broker.config["maxMessageSize"], explicit_queue)
+            return incoming(message, self.broker.config["maxMessageSize"], explicit_queue)
         except QuorumqError as error:
             return error
 

@@ -3,26 +3,13 @@ the operations the send path and the consumers use. `MessageStore` (files) and `
 (pure tests) both satisfy it; replication's raw log bytes and durability stay `MessageStore`'s.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from quorumq.core.codec import StoredMessage
+from quorumq.core.codec import MessageIn, StoredMessage
 from quorumq.errors import QuorumqError
-
-
-@dataclass(slots=True, kw_only=True)
-class MessageIn:
-    topic: str
-    queue_id: int
-    body: bytes
-    properties: Mapping[str, str]
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp_ms: int
-    born_host: str
-    reconsume_times: int = 0
 
 
 @dataclass(slots=True)
