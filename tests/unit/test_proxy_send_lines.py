@@ -24,7 +24,7 @@ class Broker:
     def __init__(self) -> None:
         self.calls: list[int] = []
 
-    async def forward(self, broker_name, merged, metadata, timeout_s):
+    async def forward(self, key, merged, metadata, timeout_s):
         self.calls.append(len(merged.messages))
         await asyncio.sleep(0.01)
         if any(message.body == b"bad" for message in merged.messages):

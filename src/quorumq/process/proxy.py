@@ -28,7 +28,8 @@ async def serve(config: Config) -> None:
     channels = Channels(config.inner_credentials())
     routes = Routes(config["namesrvAddr"], channels)
     v5_grpc.add_MessagingServiceServicer_to_server(
-        ProxyMessagingService(address, routes, channels, config["maxMessageSize"]), server)
+        ProxyMessagingService(address, routes, channels, config["maxMessageSize"],
+                              send_records=config.inner_credentials() is None), server)
     await server.start()
     log.info("proxy listening on %s, routing through the name servers at %s", address, config["namesrvAddr"])
     await until_signalled()

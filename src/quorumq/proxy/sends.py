@@ -1,6 +1,7 @@
 """A proxy's lines of sends: the messages of concurrent SendMessage calls to one broker group,
-one topic and one signer, merged into one v5 SendMessage to the broker (core/send_batches.py).
-The broker answers one entry per message, in order, so each client call gets its own entries."""
+one topic and one signer, merged into one send to the broker (core/send_batches.py), as records
+or as a v5 SendMessage (proxy/service.py). The answer has one entry per message, in order, so
+each client call gets its own entries."""
 
 import asyncio
 from collections import deque
@@ -15,9 +16,9 @@ from quorumq.core.send_batches import split, take
 from quorumq.protocol.v5 import OK
 
 CODE_OK = v5.Code.OK
-LineKey = tuple[str, str, str]  # broker group, topic, the caller's authorization header
-# (merged request, its headers, its timeout) -> the broker's answer
-Forward = Callable[[str, v5s.SendMessageRequest, tuple, float | None], Awaitable[v5s.SendMessageResponse]]
+LineKey = tuple[str, str, str]  # broker group, topic, the caller's authorization header ('' for records)
+# (line, merged request, its headers, its timeout) -> the broker's answer
+Forward = Callable[[LineKey, v5s.SendMessageRequest, tuple, float | None], Awaitable[v5s.SendMessageResponse]]
 
 
 @dataclass
@@ -63,13 +64,13 @@ class SendLines:
                 count = take([(len(send.request.messages), send.body_bytes) for send in line.waiting],
                              limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX)
                 sends = [line.waiting.popleft() for _ in range(count)]
-                await self._answer(key[0], sends)
+                await self._answer(key, sends)
         finally:
             line.calls -= 1
             if not line.calls and not line.waiting:
                 self._lines.pop(key, None)
 
-    async def _answer(self, broker_name: str, sends: list[_Send]) -> None:
+    async def _answer(self, key: LineKey, sends: list[_Send]) -> None:
         if len(sends) == 1:
             merged = sends[0].request
         else:
@@ -78,7 +79,7 @@ class SendLines:
                 merged.messages.extend(send.request.messages)
         timeouts = [send.timeout_s for send in sends if send.timeout_s is not None]
         try:
-            response = await self._forward(broker_name, merged, sends[0].metadata, min(timeouts, default=None))
+            response = await self._forward(key, merged, sends[0].metadata, min(timeouts, default=None))
         except Exception as exc:  # each client call fails as the broker call did
             for send in sends:
                 if not send.answer.done():

@@ -11,6 +11,7 @@ replica forwards to the master the controller named (endpoint/forwarding.py), so
 new master without waiting for the name server.
 """
 
+import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator
@@ -19,9 +20,12 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
+from quorumq import limits
+from quorumq.client.errors import ClientError
 from quorumq.client.routes import REQUEST_TIMEOUT_S, Channels, Routes
 from quorumq.cluster import cluster_pb2 as pb
 from quorumq.cluster import cluster_pb2_grpc as pb_grpc
+from quorumq.core.auth import parse_authorization
 from quorumq.core.proxy_handles import send_broker, unwrap, wrap
 from quorumq.core.subscription import SubscriptionGroup
 from quorumq.core.timers import decode_recall_handle
@@ -40,8 +44,8 @@ from quorumq.protocol.v5 import (
     settings_reply,
     topic_name,
 )
-from quorumq.proxy import telemetry
-from quorumq.proxy.sends import SendLines
+from quorumq.proxy import records, telemetry
+from quorumq.proxy.sends import LineKey, SendLines
 
 log = logging.getLogger("quorumq.proxy")
 
@@ -49,26 +53,40 @@ CODE_OK = v5.Code.OK
 _WRITABLE = frozenset({v5.Permission.WRITE, v5.Permission.READ_WRITE})
 
 
-def _failed(broker_name: str, failure: grpc.aio.AioRpcError) -> QuorumqError:
+def _failed(broker_name: str, code: grpc.StatusCode, details: str | None) -> QuorumqError:
     """A call the broker failed at the gRPC level (a deadline passed, say): the broker answers
     its own refusals in v5 statuses, which go back as they are."""
-    return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {failure.code().name} "
-                                                  f"{failure.details()}")
+    return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {code.name} {details}")
+
+
+def _signed(header: str) -> bool:
+    """Whether a call's authorization header names a user: the official clients send one without
+    credentials too, with no access key."""
+    try:
+        parse_authorization(header)
+    except QuorumqError:
+        return False
+    return True
 
 
 class ProxyMessagingService(UnservedMessagingService):
     serving = "the proxy"
 
-    def __init__(self, address: str, routes: Routes, channels: Channels, max_body_bytes: int) -> None:
+    def __init__(self, address: str, routes: Routes, channels: Channels, max_body_bytes: int,
+                 send_records: bool) -> None:
+        """`send_records`: sends go to the brokers as records (SendBatch), unsigned; False when the
+        proxy signs its own calls (authentication is on): a SendBatch it signed would pass for the
+        client's, whose signature and rules the broker must check (docs/proxy.md)."""
         self.address = address  # what clients reach this proxy at, in every route it answers
         self.routes = routes
         self.channels = channels
         self.max_body_bytes = max_body_bytes
+        self.send_records = send_records
         self._brokers: dict[str, list[str]] = {}  # broker group -> its v5 addresses, master first
         self._learnt: dict[str, v5s.QueryRouteResponse] = {}  # topic -> the route _brokers was read from
-        self._send_turn = itertools.count()
-        self._sends = SendLines(lambda broker_name, request, metadata, timeout_s: self._call(
-            "SendMessage", broker_name, request.messages[0].topic, request, metadata, timeout_s))
+        self._send_turn = itertools.count()  # the broker group of a send
+        self._queue_turn = itertools.count()  # the queue of a merged send's records
+        self._sends = SendLines(self._send_merged)
 
     # Routes and the broker groups behind them.
 
@@ -94,12 +112,11 @@ class ProxyMessagingService(UnservedMessagingService):
             raise QuorumqError(Error.BROKER_NOT_FOUND, f"no broker group {broker_name} serves topic {topic.name}")
         return addresses
 
-    def _unreachable(self, broker_name: str, topic: v5.Resource, failure: grpc.aio.AioRpcError | None) -> QuorumqError:
+    def _unreachable(self, broker_name: str, topic: v5.Resource, detail: str | None) -> QuorumqError:
         """No address of the group answered: the next call reads the route afresh."""
         self.routes.forget(topic_name(topic))
         self._brokers.pop(broker_name, None)
-        detail = failure.details() if failure is not None else "no address"
-        return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {detail}")
+        return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {detail or 'no address'}")
 
     async def _unary(self, method: str, broker_name: str, topic: v5.Resource, request, context):
         return await self._call(method, broker_name, topic, request, forwarded_metadata(context),
@@ -110,7 +127,7 @@ class ProxyMessagingService(UnservedMessagingService):
         """`method` of the group's v5 service (its admin service: the proxy's own call), with the
         client's headers (its signature the broker checks). An unreachable address passes the call
         to the next; any other failure is the client's, as the broker gave it."""
-        failure = None
+        failure: str | None = None
         for address in await self._addresses(broker_name, topic):
             stub = (pb_grpc.BrokerAdminStub(self.channels.channel(address)) if admin
                     else self.channels.messaging(address))
@@ -118,14 +135,14 @@ class ProxyMessagingService(UnservedMessagingService):
                 return await getattr(stub, method)(request, timeout=timeout_s, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.UNAVAILABLE:
-                    raise _failed(broker_name, exc) from None
-                failure = exc
+                    raise _failed(broker_name, exc.code(), exc.details()) from None
+                failure = exc.details()
         raise self._unreachable(broker_name, topic, failure)
 
     async def _stream(self, method: str, broker_name: str, topic: v5.Resource, request, context) -> AsyncIterator:
         """As _unary for a server stream; once part of the answer went to the client, a failure
         ends the call (a second answer from elsewhere could repeat or skip messages)."""
-        failure = None
+        failure: str | None = None
         for address in await self._addresses(broker_name, topic):
             answered = False
             try:
@@ -138,8 +155,8 @@ class ProxyMessagingService(UnservedMessagingService):
                 if answered:
                     raise  # the client's call fails, as the broker's did
                 if exc.code() is not grpc.StatusCode.UNAVAILABLE:
-                    raise _failed(broker_name, exc) from None
-                failure = exc
+                    raise _failed(broker_name, exc.code(), exc.details()) from None
+                failure = exc.details()
         raise self._unreachable(broker_name, topic, failure)
 
     @answers(v5s.QueryRouteResponse)
@@ -219,12 +236,72 @@ class ProxyMessagingService(UnservedMessagingService):
             response = await self._call("SendMessage", broker_name, first.topic, request, metadata,
                                         context.time_remaining())
         else:
-            key = (broker_name, topic_name(first.topic), headers.get("authorization", ""))
+            signer = headers.get("authorization", "")
+            if self.send_records and not _signed(signer):
+                signer = ""  # sent as records
+            key = (broker_name, topic_name(first.topic), signer)
             response = await self._sends.send(key, request, metadata, context.time_remaining())
         for message, entry in zip(request.messages, response.entries):
             if message.system_properties.message_type == v5.MessageType.TRANSACTION and entry.status.code == CODE_OK:
                 entry.transaction_id = wrap(broker_name, entry.transaction_id)
         return response
+
+    async def _send_merged(self, key: LineKey, request: v5s.SendMessageRequest, metadata: tuple,
+                           timeout_s: float | None) -> v5s.SendMessageResponse:
+        """A merged line's send (proxy/sends.py): as records for a line of unsigned calls when the
+        proxy signs nothing itself and the request is within the bounds of one, else the v5
+        SendMessage as it is (docs/proxy.md says why)."""
+        broker_name, line_topic, signer = key
+        topic = request.messages[0].topic
+        if (signer or not self.send_records or len(request.messages) > limits.BATCH_MESSAGES_MAX
+                or sum(len(message.body) for message in request.messages) > limits.BATCH_BYTES_MAX):
+            return await self._call("SendMessage", broker_name, topic, request, metadata, timeout_s)
+        route = await self._route(topic)
+        queue_count = records.write_queues(route.message_queues, broker_name)
+        if not queue_count:
+            return await self._call("SendMessage", broker_name, topic, request, metadata, timeout_s)
+        plan = records.plan(request.messages, line_topic, self.max_body_bytes, queue_count, next(self._queue_turn))
+        entries = plan.entries
+        queues = list(plan.queues.items())
+        answers = await asyncio.gather(*(self._send_batch(
+            broker_name, topic, records.batch_request(line_topic, queue_id, queued), timeout_s)
+            for queue_id, queued in queues))
+        v5_indexes = plan.v5_indexes
+        for (_, queued), answer in zip(queues, answers):
+            if answer is None:  # refused whole, nothing stored: the broker's v5 answer says which failed
+                v5_indexes += [record.index for record in queued]
+            else:
+                for index, entry in records.stored_entries(answer, queued, request.messages):
+                    entries[index] = entry
+        if v5_indexes:
+            v5_indexes.sort()
+            part = v5s.SendMessageRequest(messages=[request.messages[index] for index in v5_indexes])
+            response = await self._call("SendMessage", broker_name, topic, part, metadata, timeout_s)
+            whole = len(response.entries) != len(v5_indexes)  # refused as a whole: only a status
+            for position, index in enumerate(v5_indexes):
+                entries[index] = (records.failed_entry(request.messages[index], response.status) if whole
+                                  else response.entries[position])
+        answer = v5s.SendMessageResponse(entries=entries)
+        failed = next((entry.status for entry in answer.entries if entry.status.code != CODE_OK), None)
+        answer.status.CopyFrom(failed or OK)  # as the broker answers a call: its first failure
+        return answer
+
+    async def _send_batch(self, broker_name: str, topic: v5.Resource, request: bytes,
+                          timeout_s: float | None) -> pb.SendBatchResponse | None:
+        """SendBatch on the group, master first as `_call`; None when the broker refused it (it
+        stores such a request's records all or none, so none)."""
+        failure: str | None = None
+        for address in await self._addresses(broker_name, topic):
+            try:
+                return await self.channels.send_batch(address, request,
+                                                      REQUEST_TIMEOUT_S if timeout_s is None else timeout_s)
+            except ClientError as exc:
+                if exc.error is not None:
+                    return None
+                if exc.grpc_status is not grpc.StatusCode.UNAVAILABLE:
+                    raise _failed(broker_name, exc.grpc_status or grpc.StatusCode.UNKNOWN, exc.detail) from None
+                failure = exc.detail
+        raise self._unreachable(broker_name, topic, failure)
 
     @answers(v5s.EndTransactionResponse)
     async def EndTransaction(self, request, context):
