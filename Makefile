@@ -158,10 +158,13 @@ bench-security: setup
 bench-rpc-servers: setup
 	$(PY) bench/bench_rpc_servers.py --repeat 5 --wait-quiet 30 $(ARGS)
 
-# Issue 24: the official client direct to a 3-replica group and through 2 proxies (up --proxies 2):
-# msg/s and the CPU per message of master, slaves and proxies (about a minute). ARGS: bench_proxy.py's.
+# Issue 24: the official client direct to a 3-replica group, through 2 proxies (up --proxies 2) and
+# through 1, and to an empty v5 server: msg/s and the CPU per message of master, slaves and proxies
+# (about two minutes). BEFORE=COMMIT runs that commit's cluster too, before this checkout's, in one
+# run. ARGS: bench_proxy.py's.
 bench-proxy: setup
-	$(PY) bench/bench_proxy.py $(ARGS)
+	$(if $(BEFORE),$(call with-before-tree,$(BEFORE)),) $(PY) bench/bench_proxy.py \
+		$(if $(BEFORE),$(BEFORE_AND_AFTER),) $(ARGS)
 
 clean:
 	rm -rf run .pytest_cache

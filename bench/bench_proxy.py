@@ -1,23 +1,29 @@
 """The official client's path through the proxy tier (issue 24), against the same path direct.
 
-One cluster: a 3-replica group with quorum writes (`quorumq up --replicas 3`, SYNC_MASTER,
-inSyncReplicas 2, ASYNC_FLUSH) and `--proxies` proxies on one port. Official Python clients
-(`--clients` processes, bench_foundation.py's official-async worker: Producer.send_async with
-`--window` sends in flight each, 1 KiB bodies) send for `--seconds`, first to the brokers direct
-(the name server as access point), then through the proxies. Reported per row: acknowledged
-messages per second and the CPU seconds per message of each server process (master, slaves,
-proxies), read from /proc around the run: the issue's target is a broker spending at most a fifth
-per message through a proxy of what it spends serving v5 itself. The bench never asserts: it
-prints one table and writes bench/results/bench_proxy.json.
+One cluster per code tree (`--code LABEL=SRC`, repeatable; default this checkout's src): a
+3-replica group with quorum writes (`quorumq up --replicas 3`, SYNC_MASTER, inSyncReplicas 2,
+ASYNC_FLUSH) and `--proxies` proxies on one port. Official Python clients (`--clients` processes,
+bench_foundation.py's official-async worker: Producer.send_async with `--window` sends in flight
+each, 1 KiB bodies) send for `--seconds`, first to the brokers direct (the name server as access
+point), then through the proxies, then, with more than one, through one of them (the others
+stopped: new connections reach the one left). A last row sends to bench/fake_v5_server.py, the
+empty v5 server that answers without work: its CPU per message, in the proxies' column, is the
+floor of what any Python gRPC server spends on a send. Reported per row: acknowledged messages per
+second and the CPU seconds per message of each server process (master, slaves, proxies), read from
+/proc around the run: the issue's target is a broker spending at most a fifth per message through
+a proxy of what it spends serving v5 itself. The bench never asserts: it prints one table and
+writes bench/results/bench_proxy.json.
 
-    nice -n 19 .venv/bin/python bench/bench_proxy.py                  # about a minute
+    nice -n 19 .venv/bin/python bench/bench_proxy.py                  # about two minutes
     nice -n 19 .venv/bin/python bench/bench_proxy.py --seconds 20 --proxies 1
+    make bench-proxy BEFORE=2852f25                                  # that commit beside this one
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -30,12 +36,12 @@ from common import PYTHON, ROOT  # noqa: E402
 FOUNDATION = common.BENCH_DIR / "bench_foundation.py"
 
 
-def start_cluster(opts, data: Path) -> tuple:
+def start_cluster(opts, data: Path, src: Path) -> tuple:
     argv = [PYTHON, "-m", "quorumq.cli.main", "up", "--dir", data, "--base-port", opts.base_port,
             "--replicas", "3", "--proxies", opts.proxies, "--no-dashboard",
             "--set", "metricsExporterType=DISABLE", "--set", "brokerRole=SYNC_MASTER", "--set", "inSyncReplicas=2"]
-    up = common.start(argv, label="quorumq-up", log=data.parent / "up.log", cwd=ROOT,
-                      env=common.code_env(ROOT / "src"))
+    up = common.start(argv, label="quorumq-up", log=data.parent / f"{data.name}-up.log", cwd=ROOT,
+                      env=common.code_env(src))
     cluster_file = data / "cluster.json"  # written once the cluster is writable and the proxies listen
     for _ in range(900):
         if cluster_file.exists():
@@ -54,10 +60,9 @@ def free_base_port() -> int:
     raise SystemExit("no 200 free ports in 26000..32000")
 
 
-def measure(opts, cluster: dict, access_point: str, label: str, log: Path) -> dict:
-    """`--clients` official producers at once; the servers' CPU read around all of them."""
-    servers = {p["pid"]: ("master" if p.get("role") == "master" else p["kind"] if p["kind"] == "proxy" else "slave")
-               for p in cluster["processes"] if p["kind"] in ("broker", "proxy")}
+def measure(opts, servers: dict[int, str], access_point: str, label: str, log: Path) -> dict:
+    """`--clients` official producers at once; the CPU of `servers` (pid -> master, slave or
+    proxy) read around all of them."""
     topic = f"BenchProxy{label.replace(' ', '')}"
     results: list[dict] = [{} for _ in range(opts.clients)]
 
@@ -86,6 +91,51 @@ def measure(opts, cluster: dict, access_point: str, label: str, log: Path) -> di
     return row
 
 
+def measure_tree(opts, workdir: Path, label: str, src: Path, log: Path, notes: list[str]) -> list[dict]:
+    """Direct, through the proxies and through one proxy, on a cluster running `src`'s code."""
+    name = label or "cluster"
+    up, cluster = start_cluster(opts, workdir / name, src)
+    rows = []
+    prefix = f"{label} " if label else ""
+    try:
+        if cluster is None:
+            raise SystemExit(f"quorumq up did not come up (see {workdir / f'{name}-up.log'})")
+        processes = [p for p in cluster["processes"] if p["kind"] in ("broker", "proxy")]
+        servers = {p["pid"]: "master" if p.get("role") == "master" else p["kind"] if p["kind"] == "proxy"
+                   else "slave" for p in processes}
+        rows.append(measure(opts, servers, cluster["access_point"], f"{prefix}direct", log))
+        rows.append(measure(opts, servers, cluster["proxy_access_point"], f"{prefix}{opts.proxies} proxies", log))
+        proxies = [pid for pid, role in servers.items() if role == "proxy"]
+        if len(proxies) > 1:
+            common.stop_pids(proxies[1:])
+            for pid in proxies[1:]:
+                del servers[pid]
+            rows.append(measure(opts, servers, cluster["proxy_access_point"], f"{prefix}1 proxy", log))
+    finally:
+        common.stop_pid(up.pid, term_timeout=15)
+        common.kill_pids([p["pid"] for p in (cluster or {}).get("processes", [])])
+        shutil.rmtree(workdir / name, ignore_errors=True)  # its commit logs take gigabytes
+    direct = rows[0]["master us/msg"]
+    for row in rows[1:]:
+        if direct and row["master us/msg"]:
+            notes.append(f"{row['path']}: the master's CPU per message is {row['master us/msg'] / direct:.2f} of "
+                         "direct (target <= 0.20)")
+    return rows
+
+
+def measure_empty_server(opts, workdir: Path, log: Path) -> dict:
+    """The official clients against bench/fake_v5_server.py, which answers and does nothing else."""
+    port = opts.base_port + 190  # above what `up` lays out
+    server = common.start([PYTHON, common.BENCH_DIR / "fake_v5_server.py", "--port", port], label="empty-server",
+                          log=workdir / "empty-server.log", env=common.code_env(ROOT / "src"))
+    try:
+        if not common.wait_port(port, proc=server):
+            raise SystemExit(f"fake_v5_server did not listen (see {workdir / 'empty-server.log'})")
+        return measure(opts, {server.pid: "proxy"}, f"{common.HOST}:{port}", "empty gRPC server", log)
+    finally:
+        common.stop_pid(server.pid, term_timeout=5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=15.0, help="each measurement's length")
@@ -93,26 +143,20 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=32, help="sends in flight per client process")
     parser.add_argument("--proxies", type=int, default=2)
     parser.add_argument("--base-port", type=int, default=0, help="default: the first free range from 26000")
+    parser.add_argument("--code", action="append", type=common.labelled_source, default=[],
+                        help="LABEL=SRC: a cluster on that tree's code (repeatable; default this checkout's src)")
     opts = parser.parse_args()
     opts.base_port = opts.base_port or free_base_port()
+    codes = opts.code or [("", ROOT / "src")]
     common.install_signal_handlers()
     notes = common.settle(0)
     workdir = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
-    up, cluster = start_cluster(opts, workdir / "cluster")
+    log = workdir / "workers.log"
     rows = []
-    try:
-        if cluster is None:
-            raise SystemExit(f"quorumq up did not come up (see {workdir / 'up.log'})")
-        log = workdir / "workers.log"
-        rows.append(measure(opts, cluster, cluster["access_point"], "direct", log))
-        rows.append(measure(opts, cluster, cluster["proxy_access_point"], f"{opts.proxies} proxies", log))
-    finally:
-        common.stop_pid(up.pid, term_timeout=15)
-        common.kill_pids([p["pid"] for p in (cluster or {}).get("processes", [])])
-    direct, proxied = rows
-    if direct["master us/msg"] and proxied["master us/msg"]:
-        share = proxied["master us/msg"] / direct["master us/msg"]
-        notes.append(f"master CPU per message through the proxies: {share:.2f} of direct (target <= 0.20)")
+    for label, src in codes:
+        rows += measure_tree(opts, workdir, label, src, log, notes)
+    rows.append(measure_empty_server(opts, workdir, log))
+    opts.code = [f"{label}={src}" for label, src in codes]
     common.print_table(rows, [("path", "path"), ("rate", "msg/s"), ("master us/msg", "master us/msg"),
                               ("slave us/msg", "slaves us/msg"), ("proxy us/msg", "proxies us/msg"),
                               ("send errors", "send errors")],
