@@ -95,6 +95,7 @@ bench: setup
 	$(MAKE) --no-print-directory bench-timers
 	$(MAKE) --no-print-directory bench-security
 	$(MAKE) --no-print-directory bench-rpc-servers
+	$(MAKE) --no-print-directory bench-proxy
 
 # BEFORE=COMMIT: the benchmarks below that take it measure that commit's code, checked out in a git
 # worktree at BEFORE_TREE, beside this checkout's in one run (each process's PYTHONPATH picks its tree).
