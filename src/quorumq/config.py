@@ -73,6 +73,9 @@ KEYS: dict[str, Key] = {
     "grpcServerPort": Key(int, 8081, frozenset({Kind.PROXY})),  # RocketMQ's proxy: its v5 port
     # quorumq: several proxies share grpcServerPort (SO_REUSEPORT; the kernel spreads connections).
     "grpcServerReusePort": Key(_bool, False, frozenset({Kind.PROXY})),
+    # RocketMQ's producer batching key, here a proxy's: the ms a merged broker call waits for more
+    # sends while its line is under concurrent load (core/send_batches.py linger_s); 0: never.
+    "batchMaxDelayMs": Key(int, limits.PROXY_BATCH_MAX_DELAY_MS_DEFAULT, frozenset({Kind.PROXY})),
     "haListenPort": Key(int, 10912, B),
     "bindAddress": Key(str, "127.0.0.1", EVERY),  # quorumq: where to listen
     "brokerIP1": Key(str, "127.0.0.1", B),  # the host advertised to clients
@@ -356,6 +359,9 @@ class Config:
 
     def _check_proxy(self) -> None:
         self._check_message_size()
+        if not 0 <= self._values["batchMaxDelayMs"] <= limits.PROXY_BATCH_MAX_DELAY_MS_MAX:
+            raise QuorumqError(Error.CONFIG_INVALID, f"batchMaxDelayMs must lie in "
+                                                     f"0..{limits.PROXY_BATCH_MAX_DELAY_MS_MAX}")
         if not self._values["namesrvAddr"]:
             raise QuorumqError(Error.CONFIG_INVALID, "a proxy needs namesrvAddr, where it learns the routes")
 

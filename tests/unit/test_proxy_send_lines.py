@@ -38,7 +38,7 @@ def test_concurrent_sends_share_broker_calls_and_get_their_own_entries():
     broker = Broker()
 
     async def run():
-        lines = SendLines(broker.forward)
+        lines = SendLines(broker.forward, 0.0)
         return await asyncio.gather(*(lines.send(KEY, request(f"m{i}a".encode(), f"m{i}b".encode()), (), 5.0)
                                       for i in range(10)))
 
@@ -53,7 +53,7 @@ def test_a_refusal_of_the_whole_reaches_every_call_it_carried():
     broker = Broker()
 
     async def run():
-        lines = SendLines(broker.forward)
+        lines = SendLines(broker.forward, 0.0)
         return await asyncio.gather(*(lines.send(KEY, request(body), (), None) for body in (b"a", b"bad", b"c")))
 
     answers = asyncio.run(run())
@@ -66,7 +66,7 @@ def test_a_failed_broker_call_fails_every_call_it_carried():
         raise ConnectionError("down")
 
     async def run():
-        lines = SendLines(unreachable)
+        lines = SendLines(unreachable, 0.0)
         return await asyncio.gather(*(lines.send(KEY, request(b"x"), (), None) for _ in range(3)),
                                     return_exceptions=True)
 

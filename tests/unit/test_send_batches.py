@@ -2,7 +2,7 @@
 
 import pytest
 
-from quorumq.core.send_batches import split, take
+from quorumq.core.send_batches import linger_s, split, take
 
 
 def test_everything_waiting_goes_when_it_fits():
@@ -25,3 +25,19 @@ def test_a_send_above_the_bounds_goes_alone():
 def test_split_gives_each_send_its_entries_in_order():
     entries = list(range(6))
     assert [entries[part] for part in split([1, 3, 2])] == [[0], [1, 2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize("previous_calls, waiting, expected", [
+    (1, 1, 0.0),  # a lone client's sends never wait
+    (1, 50, 0.0),  # the first call of a busy line leaves at once too
+    (2, 1, 0.001),  # under concurrent load the next call waits for more
+    (5, 99, 0.001),
+    (5, 100, 0.0),  # ... unless what waits fills a call already
+    (5, 400, 0.0),
+])
+def test_a_call_lingers_only_under_concurrent_load_and_short_of_a_full_call(previous_calls, waiting, expected):
+    assert linger_s(previous_calls, waiting, 100, 0.001) == expected
+
+
+def test_no_delay_configured_means_no_linger():
+    assert linger_s(10, 1, 100, 0.0) == 0.0

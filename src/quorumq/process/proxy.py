@@ -29,7 +29,8 @@ async def serve(config: Config) -> None:
     routes = Routes(config["namesrvAddr"], channels)
     v5_grpc.add_MessagingServiceServicer_to_server(
         ProxyMessagingService(address, routes, channels, config["maxMessageSize"],
-                              send_records=config.inner_credentials() is None), server)
+                              send_records=config.inner_credentials() is None,
+                              batch_delay_s=config["batchMaxDelayMs"] / 1000), server)
     await server.start()
     log.info("proxy listening on %s, routing through the name servers at %s", address, config["namesrvAddr"])
     await until_signalled()

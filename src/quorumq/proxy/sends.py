@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq import limits
-from quorumq.core.send_batches import split, take
+from quorumq.core.send_batches import linger_s, split, take
 from quorumq.protocol.v5 import OK
 
 CODE_OK = v5.Code.OK
@@ -37,11 +37,13 @@ class _Send:
 class _Line:
     waiting: deque[_Send] = field(default_factory=deque)
     calls: int = 0  # in flight to the broker
+    merged: int = 1  # client calls the previous broker call carried
 
 
 class SendLines:
-    def __init__(self, forward: Forward) -> None:
+    def __init__(self, forward: Forward, delay_s: float) -> None:
         self._forward = forward
+        self._delay_s = delay_s  # batchMaxDelayMs
         self._lines: dict[LineKey, _Line] = {}
         self._calls: set[asyncio.Task] = set()  # referenced until done, as asyncio asks
 
@@ -61,9 +63,13 @@ class SendLines:
         """Broker calls while sends wait; the line is dropped once nothing waits or flies."""
         try:
             while line.waiting:
+                waiting = sum(len(send.request.messages) for send in line.waiting)
+                if delay_s := linger_s(line.merged, waiting, limits.BATCH_MESSAGES_MAX, self._delay_s):
+                    await asyncio.sleep(delay_s)
                 count = take([(len(send.request.messages), send.body_bytes) for send in line.waiting],
                              limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX)
                 sends = [line.waiting.popleft() for _ in range(count)]
+                line.merged = count
                 await self._answer(key, sends)
         finally:
             line.calls -= 1

@@ -73,7 +73,7 @@ class ProxyMessagingService(UnservedMessagingService):
     serving = "the proxy"
 
     def __init__(self, address: str, routes: Routes, channels: Channels, max_body_bytes: int,
-                 send_records: bool) -> None:
+                 send_records: bool, batch_delay_s: float) -> None:
         """`send_records`: sends go to the brokers as records (SendBatch), unsigned; False when the
         proxy signs its own calls (authentication is on): a SendBatch it signed would pass for the
         client's, whose signature and rules the broker must check (docs/proxy.md)."""
@@ -86,7 +86,7 @@ class ProxyMessagingService(UnservedMessagingService):
         self._learnt: dict[str, v5s.QueryRouteResponse] = {}  # topic -> the route _brokers was read from
         self._send_turn = itertools.count()  # the broker group of a send
         self._queue_turn = itertools.count()  # the queue of a merged send's records
-        self._sends = SendLines(self._send_merged)
+        self._sends = SendLines(self._send_merged, batch_delay_s)
 
     # Routes and the broker groups behind them.
 
