@@ -74,7 +74,7 @@ KEYS: dict[str, Key] = {
     # quorumq: several proxies share grpcServerPort (SO_REUSEPORT; the kernel spreads connections).
     "grpcServerReusePort": Key(_bool, False, frozenset({Kind.PROXY})),
     # RocketMQ's producer batching key, here a proxy's: the ms a merged broker call waits for more
-    # sends while its line is under concurrent load (core/send_batches.py linger_s); 0: never.
+    # sends while its line is under heavy concurrent load (core/send_batches.py linger_s); 0: never.
     "batchMaxDelayMs": Key(int, limits.PROXY_BATCH_MAX_DELAY_MS_DEFAULT, frozenset({Kind.PROXY})),
     "haListenPort": Key(int, 10912, B),
     "bindAddress": Key(str, "127.0.0.1", EVERY),  # quorumq: where to listen

@@ -83,12 +83,15 @@ GRPC_MARGIN_BYTES = 1 * MiB  # headroom for protobuf framing above a body of max
 # rate (docs/proxy.md).
 PROXY_SEND_CALLS_PER_LINE = 1
 # batchMaxDelayMs: how long a proxy's next broker call on a line waits for more sends, only while
-# the line is under concurrent load (its previous call merged several client calls); a lone
-# sequential client never waits. A fuller call costs the broker less per message: in bench_proxy
+# the line is under heavy concurrent load (its previous call merged at least
+# PROXY_LINGER_MERGED_CALLS_MIN client calls): a client that sends one at a time, or a few
+# concurrent ones, never waits. A fuller call costs the broker less per message: in bench_proxy
 # (64 sends in flight, each answered in about 20 ms) the master's CPU per message was 0.28 of its
-# direct cost with no wait, 0.20 with 1 ms and 0.15 with 2 ms, at a higher rate (docs/proxy.md).
-# RocketMQ's producer batching holds a batch up to 10 ms. At most a second.
-PROXY_BATCH_MAX_DELAY_MS_DEFAULT = 2
+# direct cost with no wait and 0.15-0.20 with 2-5 ms, at a higher rate, while a proxy's lines were
+# thinner with 2 proxies than with 1 (docs/proxy.md). RocketMQ's producer batching holds a batch up
+# to 10 ms. At most a second.
+PROXY_BATCH_MAX_DELAY_MS_DEFAULT = 5
+PROXY_LINGER_MERGED_CALLS_MIN = 4
 PROXY_BATCH_MAX_DELAY_MS_MAX = 1000
 
 

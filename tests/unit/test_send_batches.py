@@ -29,15 +29,15 @@ def test_split_gives_each_send_its_entries_in_order():
 
 @pytest.mark.parametrize("previous_calls, waiting, expected", [
     (1, 1, 0.0),  # a lone client's sends never wait
-    (1, 50, 0.0),  # the first call of a busy line leaves at once too
-    (2, 1, 0.001),  # under concurrent load the next call waits for more
-    (5, 99, 0.001),
-    (5, 100, 0.0),  # ... unless what waits fills a call already
-    (5, 400, 0.0),
+    (3, 50, 0.0),  # nor a few concurrent clients'
+    (4, 1, 0.005),  # under heavy concurrent load the next call waits for more
+    (9, 99, 0.005),
+    (9, 100, 0.0),  # ... unless what waits fills a call already
+    (9, 400, 0.0),
 ])
-def test_a_call_lingers_only_under_concurrent_load_and_short_of_a_full_call(previous_calls, waiting, expected):
-    assert linger_s(previous_calls, waiting, 100, 0.001) == expected
+def test_a_call_lingers_only_under_heavy_load_and_short_of_a_full_call(previous_calls, waiting, expected):
+    assert linger_s(previous_calls, waiting, 100, 0.005, 4) == expected
 
 
 def test_no_delay_configured_means_no_linger():
-    assert linger_s(10, 1, 100, 0.0) == 0.0
+    assert linger_s(10, 1, 100, 0.0, 4) == 0.0

@@ -4,9 +4,9 @@ Calls to one broker group, for one topic and signed by one user, wait in a line 
 calls to the broker are in flight; as one returns, the next call carries the oldest waiting sends
 that fit the broker's bounds on one request (limits.BATCH_MESSAGES_MAX messages and
 BATCH_BYTES_MAX bytes of bodies). Under light load a send leaves at once; under concurrent load
-each broker call carries whatever arrived while the previous one was out, and waits up to
-batchMaxDelayMs for more (`linger_s`), since a broker's cost of a call outweighs its cost of a
-message.
+each broker call carries whatever arrived while the previous one was out, and under heavy load it
+also waits up to batchMaxDelayMs for more (`linger_s`), since a broker's cost of a call outweighs
+its cost of a message.
 """
 
 from collections.abc import Sequence
@@ -35,8 +35,10 @@ def split(counts: Sequence[int]) -> list[slice]:
     return slices
 
 
-def linger_s(previous_calls: int, waiting_messages: int, count_max: int, delay_s: float) -> float:
+def linger_s(previous_calls: int, waiting_messages: int, count_max: int, delay_s: float,
+             merged_calls_min: int) -> float:
     """How long the next broker call of a line waits for more sends: `delay_s` while the line is
-    under concurrent load (its previous broker call carried `previous_calls` > 1 client calls) and
-    the `waiting_messages` do not fill a call yet; else not at all."""
-    return delay_s if previous_calls > 1 and waiting_messages < count_max else 0.0
+    under heavy concurrent load (its previous broker call carried `previous_calls` >=
+    `merged_calls_min` client calls) and the `waiting_messages` do not fill a call yet; else not
+    at all."""
+    return delay_s if previous_calls >= merged_calls_min and waiting_messages < count_max else 0.0

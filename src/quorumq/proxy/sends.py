@@ -64,7 +64,8 @@ class SendLines:
         try:
             while line.waiting:
                 waiting = sum(len(send.request.messages) for send in line.waiting)
-                if delay_s := linger_s(line.merged, waiting, limits.BATCH_MESSAGES_MAX, self._delay_s):
+                if delay_s := linger_s(line.merged, waiting, limits.BATCH_MESSAGES_MAX, self._delay_s,
+                                       limits.PROXY_LINGER_MERGED_CALLS_MIN):
                     await asyncio.sleep(delay_s)
                 count = take([(len(send.request.messages), send.body_bytes) for send in line.waiting],
                              limits.BATCH_MESSAGES_MAX, limits.BATCH_BYTES_MAX)
