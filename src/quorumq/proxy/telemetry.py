@@ -9,7 +9,8 @@ signature and rights as on a direct stream), and passes on each check the broker
 transaction id prefixed with the group's name as every transaction id the proxy hands out
 (core/proxy_handles.py), so that the producer's EndTransaction goes back to that group. Every
 replica holds the producer, so in controller mode a newly elected master checks with it at once;
-a replica's stream that ends (its broker stopped) is opened again every REOPEN_S while the
+a replica's stream that ends (its broker stopped) is opened again every
+limits.PROXY_TELEMETRY_REOPEN_S while the
 producer's lasts, with the headers of the producer's stream (a replica that refuses them is left).
 The topics are those of the producer's first settings, routed then: a broker group that takes one
 of them later checks with the producer once it opens its stream again.
@@ -24,12 +25,12 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
+from quorumq import limits
 from quorumq.client.routes import Channels
 from quorumq.core.proxy_handles import wrap
 
 log = logging.getLogger("quorumq.proxy")
 
-REOPEN_S = 1.0  # a relay waits this long before it opens a stream to a broker again
 # The replicas of the groups serving some topics: their address -> their group's name.
 Replicas = Callable[[Iterable[v5.Resource]], Awaitable[dict[str, str]]]
 
@@ -94,4 +95,4 @@ async def _relay(channels: Channels, address: str, broker_name: str, settings: v
             log.debug("the transaction checks of %s: %s %s", address, exc.code().name, exc.details())
         finally:
             call.cancel()
-        await asyncio.sleep(REOPEN_S)
+        await asyncio.sleep(limits.PROXY_TELEMETRY_REOPEN_S)
