@@ -132,9 +132,9 @@ def start_baseline(source: str, target: str, topic: str, seconds: float) -> mult
     return process
 
 
-def spark_settings(source: str, target: str, topic: str, work: Path) -> Settings:
+def spark_settings(source: str, target: str, topic: str, work: Path, trigger_s: float) -> Settings:
     return Settings(source=source, target=target, topics=(topic,), checkpoint=work / topic, tag_filters={},
-                    starting="earliest", trigger_s=0.5)
+                    starting="earliest", trigger_s=trigger_s)
 
 
 def measure_throughput(pipeline: str, target: str, topic: str, messages: int, started: float) -> dict:
@@ -156,6 +156,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--trigger-seconds", type=float, default=0.5, help="the replicate job's micro-batch interval")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "replicator.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-replicator-"))
@@ -183,10 +184,10 @@ def main() -> int:
         # The Spark replicator: one session, the replicate job of each topic.
         spark = spark_session("local[2]", "bench-replicator")
         started = time.monotonic()
-        query = jobs.start_replicate(spark, spark_settings(source, target, "T_spark", work))
+        query = jobs.start_replicate(spark, spark_settings(source, target, "T_spark", work, args.trigger_seconds))
         rows.append(measure_throughput(spark_name, target, "T_spark", args.messages, started))
         jobs.stop(query)
-        query = jobs.start_replicate(spark, spark_settings(source, target, "L_spark", work))
+        query = jobs.start_replicate(spark, spark_settings(source, target, "L_spark", work, args.trigger_seconds))
         time.sleep(10)  # past the first micro-batch's worker start
         rows.append(measure_latency(spark_name, source, target, "L_spark", args.rate, args.seconds))
         jobs.stop(query)

@@ -285,3 +285,22 @@ def test_a_target_broker_gets_the_users_of_the_source_broker_of_its_name_else_of
     target = {name: Access({}, {}) for name in ("broker-a", "broker-b", "broker-c")}
     assert {broker: change.create_users for broker, change in plan.access_changes(source, target, False).items()} \
         == {"broker-a": (ALICE,), "broker-b": (renamed,), "broker-c": (ALICE,)}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_packing_puts_each_queue_in_one_partition_and_balances_the_rows(seed):
+    rng = random.Random(seed)
+    rows = {QueueKey("T", f"b{i % 3}", i): rng.randrange(1, 5000) for i in range(rng.randrange(1, 20))}
+    parts = rng.randrange(1, 6)
+    packed = plan.pack(rows, parts)
+    assert sorted(queue for part in packed for queue in part) == sorted(rows)
+    assert len(packed) == min(parts, len(rows)) and all(part == sorted(part) for part in packed)
+    loads = [sum(rows[queue] for queue in part) for part in packed]
+    # The greedy fill leaves no partition heavier than the lightest by more than one queue's rows.
+    assert max(loads) - min(loads) <= max(rows.values())
+
+
+def test_without_a_bound_each_queue_has_its_own_partition():
+    rows = {QueueKey("T", "b", 1): 10, QueueKey("T", "b", 0): 5}
+    assert plan.pack(rows, None) == [[QueueKey("T", "b", 0)], [QueueKey("T", "b", 1)]]
+    assert plan.pack(rows, 5) == [[QueueKey("T", "b", 0)], [QueueKey("T", "b", 1)]]

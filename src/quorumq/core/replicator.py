@@ -79,6 +79,24 @@ def admit(start: Mapping[QueueKey, int], available: Mapping[QueueKey, int], max_
     return end
 
 
+def pack(rows: Mapping[QueueKey, int], parts: int | None) -> list[list[QueueKey]]:
+    """The queues of a micro-batch with `rows` to read each, in at most `parts` partitions (None:
+    one a queue): the fullest queue first to the partition with the fewest rows so far, each
+    partition's queues in order. A task reads its queues one after another, so fewer tasks than
+    queues save Spark the start of a task (two process hops) per queue, and each queue keeps its
+    order within its one task."""
+    queues = sorted(rows)
+    if parts is None or parts >= len(queues):
+        return [[queue] for queue in queues]
+    packed: list[list[QueueKey]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for queue in sorted(queues, key=lambda key: (-rows[key], key)):
+        lightest = loads.index(min(loads))
+        packed[lightest].append(queue)
+        loads[lightest] += rows[queue]
+    return [sorted(part) for part in packed if part]
+
+
 def destination_queue(source: QueueKey, source_index: int,
                       destination_queues: Sequence[tuple[str, int]]) -> tuple[str, int]:
     """Where a source queue's messages go on the destination: the queue of the same broker name and

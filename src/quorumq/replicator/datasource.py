@@ -137,6 +137,7 @@ class SourceOptions:
     max_records_per_queue: int | None
     credentials: Credentials | None = None
     records: bool = False  # RECORDS_SCHEMA: whole records, not decoded
+    max_partitions: int | None = None  # the tasks a micro-batch's queues are packed into (None: one a queue)
 
     @classmethod
     def parse(cls, options: Any) -> "SourceOptions":
@@ -149,13 +150,23 @@ class SourceOptions:
         return cls(access_point, topics, tag_filters, starting,
                    _positive_int(options, "maxRecordsPerTrigger", None),
                    _positive_int(options, "maxRecordsPerQueue", None), _credentials(options),
-                   _flag(options, "records"))
+                   _flag(options, "records"), _positive_int(options, "maxPartitions", None))
+
+
+@dataclass(frozen=True)
+class QueueSpan:
+    queue: QueueKey
+    queue_index: int  # its place in its topic's route
+    start: int
+    end: int
 
 
 class QueuePartition(InputPartition):
-    def __init__(self, queue: QueueKey, queue_index: int, start: int, end: int) -> None:
+    """A task's queues, read one after another."""
+
+    def __init__(self, spans: Sequence[QueueSpan]) -> None:
         super().__init__(None)
-        self.queue, self.queue_index, self.start, self.end = queue, queue_index, start, end
+        self.spans = tuple(spans)
 
 
 class QueueReader(DataSourceStreamReader):
@@ -204,16 +215,22 @@ class QueueReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[QueuePartition]:
         start_offsets, end_offsets = plan.decode_offsets(start), plan.decode_offsets(end)
         indexes = _route_indexes(end_offsets)
-        return [QueuePartition(queue, indexes[queue], start_offsets[queue], end_offsets[queue])
-                for queue in sorted(end_offsets)
-                if queue in start_offsets and end_offsets[queue] > start_offsets[queue]]
+        rows = {queue: end_offsets[queue] - start_offsets[queue] for queue in end_offsets
+                if queue in start_offsets and end_offsets[queue] > start_offsets[queue]}
+        return [QueuePartition([QueueSpan(queue, indexes[queue], start_offsets[queue], end_offsets[queue])
+                                for queue in part])
+                for part in plan.pack(rows, self.options.max_partitions)]
 
     def read(self, partition: QueuePartition) -> Iterator[pa.RecordBatch]:
-        queue, end = partition.queue, partition.end
+        for span in partition.spans:
+            yield from self._read_span(span)
+
+    def _read_span(self, span: QueueSpan) -> Iterator[pa.RecordBatch]:
+        queue, end = span.queue, span.end
         consumer = clients.consumer(self.options.access_point, self.options.credentials)
         tags = self.options.tag_filters.get(queue.topic, "*")
         cluster = clients.cluster_name(self.options.access_point, self.options.credentials)
-        offset = partition.start
+        offset = span.start
         while offset < end:
             count = min(limits.REPLICATOR_PULL_BATCH, end - offset)
             batch: pa.RecordBatch | None = None
@@ -222,14 +239,14 @@ class QueueReader(DataSourceStreamReader):
                                                tag_expression=tags)
                 status, next_offset = pulled.status, pulled.next_offset
                 if status == FOUND:
-                    batch = _records_batch(cluster, queue, partition.queue_index, pulled, end)
+                    batch = _records_batch(cluster, queue, span.queue_index, pulled, end)
             else:
                 result = consumer.pull(queue.topic, queue.queue_id, offset, count, broker_name=queue.broker,
                                        tag_expression=tags)
                 status, next_offset = result.status, result.next_offset
                 messages = [m for m in result.messages if m.queue_offset < end] if status == FOUND else []
                 if messages:
-                    batch = _record_batch(cluster, partition.queue_index, messages)
+                    batch = _record_batch(cluster, span.queue_index, messages)
             if next_offset <= offset:
                 raise QuorumqError(Error.INTERNAL_ERROR, f"pull of {queue} at {offset} made no progress ({status})")
             if batch is not None:

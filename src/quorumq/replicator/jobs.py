@@ -112,7 +112,8 @@ def _replicate(spark: Any, settings: Settings, name: str, topics: tuple[str, ...
     reader = _signed(spark.readStream.format(FORMAT).option("accessPoint", settings.source)
                      .option("topics", ",".join(topics)).option("tagFilters", json.dumps(settings.tag_filters))
                      .option("startingOffsets", settings.starting).option("records", "true")
-                     .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger)),
+                     .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
+                     .option("maxPartitions", str(spark.sparkContext.defaultParallelism)),
                      settings.source_credentials).load()
     writer = _signed(reader.writeStream.format(FORMAT).option("accessPoint", settings.target)
                      .option("cluster", clients.cluster_name(settings.target, settings.target_credentials))
