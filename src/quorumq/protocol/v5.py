@@ -42,6 +42,15 @@ def failure_status(exc: Exception, handler_name: str, serving: str) -> v5.Status
     return status(Error.INTERNAL_ERROR, f"{serving} failed; see its log")
 
 
+def send_answer(entries) -> v5s.SendMessageResponse:
+    """A SendMessage answer of `entries`, its status the first failed entry's, as a broker answers
+    a call (OK when every message was stored)."""
+    answer = v5s.SendMessageResponse(entries=entries)
+    failed = next((entry.status for entry in answer.entries if entry.status.code != v5.Code.OK), None)
+    answer.status.CopyFrom(failed or OK)
+    return answer
+
+
 def answers(response_type):
     """Turn a failure in a unary handler into a response with a status; the server keeps serving."""
 

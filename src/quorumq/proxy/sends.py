@@ -8,14 +8,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from rocketmq.grpc_protocol import definition_pb2 as v5
 from rocketmq.grpc_protocol import service_pb2 as v5s
 
 from quorumq import limits
 from quorumq.core.send_batches import linger_s, split, take
-from quorumq.protocol.v5 import OK
+from quorumq.protocol.v5 import send_answer
 
-CODE_OK = v5.Code.OK
 LineKey = tuple[str, str, str]  # broker group, topic, the caller's authorization header ('' for records)
 # (line, merged request, its headers, its timeout) -> the broker's answer
 Forward = Callable[[LineKey, v5s.SendMessageRequest, tuple, float | None], Awaitable[v5s.SendMessageResponse]]
@@ -104,7 +102,4 @@ class SendLines:
             if refused:
                 send.answer.set_result(v5s.SendMessageResponse(status=response.status))
                 continue
-            answer = v5s.SendMessageResponse(entries=response.entries[part])
-            failed = next((entry.status for entry in answer.entries if entry.status.code != CODE_OK), None)
-            answer.status.CopyFrom(failed or OK)  # as the broker answers a call: its first failure
-            send.answer.set_result(answer)
+            send.answer.set_result(send_answer(response.entries[part]))

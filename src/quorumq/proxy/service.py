@@ -41,6 +41,7 @@ from quorumq.protocol.v5 import (
     forwarded_metadata,
     group_name,
     proxied_route,
+    send_answer,
     settings_reply,
     topic_name,
 )
@@ -281,10 +282,7 @@ class ProxyMessagingService(UnservedMessagingService):
             for position, index in enumerate(v5_indexes):
                 entries[index] = (records.failed_entry(request.messages[index], response.status) if whole
                                   else response.entries[position])
-        answer = v5s.SendMessageResponse(entries=entries)
-        failed = next((entry.status for entry in answer.entries if entry.status.code != CODE_OK), None)
-        answer.status.CopyFrom(failed or OK)  # as the broker answers a call: its first failure
-        return answer
+        return send_answer(entries)
 
     async def _send_batch(self, broker_name: str, topic: v5.Resource, request: bytes,
                           timeout_s: float | None) -> pb.SendBatchResponse | None:
