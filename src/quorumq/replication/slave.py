@@ -230,19 +230,27 @@ class ReplicationSlave:
         return nonce
 
     def _take_events(self, codec: ReplicationConnection) -> tuple[bool, bool, bool]:
-        """Apply every complete frame; returns (appended anything, any frame, the master closed)."""
+        """Apply every complete frame; returns (appended anything, any frame, the master closed).
+
+        Consecutive DATA frames of one epoch go to the store as one append: a master sends a large
+        append in haTransferBatchSize pieces, and every append costs the store its writes."""
         appended = heard = False
-        while (event := codec.next_event()) is not NEED_DATA:
+        run: list[Data] = []  # DATA frames not yet appended; the codec has checked they are contiguous
+        while True:
+            event = codec.next_event()
+            if run and not (isinstance(event, Data) and (event.epoch, event.epoch_start_offset)
+                            == (run[0].epoch, run[0].epoch_start_offset)):
+                self._append(run)
+                appended, run = True, []
+            if event is NEED_DATA:
+                return appended, heard, False
             if isinstance(event, ConnectionClosed):
                 return appended, heard, True
             heard = True
             assert isinstance(event, (Data, Heartbeat)), event  # the transition table admits nothing else
             self._received = True
             if isinstance(event, Data):
-                self._note_epoch(event.epoch, event.epoch_start_offset)
-                end = self._store.append_raw(event.offset, event.data)
-                assert end == event.end_offset == codec.stream_offset, (end, event.end_offset)
-                appended = True
+                run.append(event)
             elif event.epoch < self.known_epoch:
                 raise RemoteProtocolError(f"the master is at epoch {event.epoch}, the controller elected one "
                                           f"at epoch {self.known_epoch}: it is deposed")
@@ -251,7 +259,13 @@ class ReplicationSlave:
             else:
                 self.master_max_offset = max(self.master_max_offset or 0, event.end_offset)
             self.master_confirm_offset = event.confirm_offset
-        return appended, heard, False
+
+    def _append(self, run: list[Data]) -> None:
+        first, last = run[0], run[-1]
+        self._note_epoch(first.epoch, first.epoch_start_offset)
+        data = first.data if len(run) == 1 else b"".join([frame.data for frame in run])
+        end = self._store.append_raw(first.offset, data)
+        assert end == last.end_offset, (end, last.end_offset)
 
     def _note_epoch(self, epoch: int, start_offset: int) -> None:
         """Record a newer epoch in the epoch file before any of its bytes are appended."""
