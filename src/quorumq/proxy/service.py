@@ -14,7 +14,8 @@ new master without waiting for the name server.
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as v5
@@ -51,6 +52,7 @@ from quorumq.proxy.sends import LineKey, SendLines
 log = logging.getLogger("quorumq.proxy")
 
 CODE_OK = v5.Code.OK
+T = TypeVar("T")
 _WRITABLE = frozenset({v5.Permission.WRITE, v5.Permission.READ_WRITE})
 
 
@@ -58,6 +60,14 @@ def _failed(broker_name: str, code: grpc.StatusCode, details: str | None) -> Quo
     """A call the broker failed at the gRPC level (a deadline passed, say): the broker answers
     its own refusals in v5 statuses, which go back as they are."""
     return QuorumqError(Error.BROKER_UNREACHABLE, f"broker group {broker_name}: {code.name} {details}")
+
+
+class _Unreachable(Exception):
+    """An address of a group did not answer; the call goes on to the next (_first_reachable)."""
+
+    def __init__(self, detail: str | None) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 def _signed(header: str) -> bool:
@@ -126,10 +136,9 @@ class ProxyMessagingService(UnservedMessagingService):
     async def _call(self, method: str, broker_name: str, topic: v5.Resource, request, metadata: tuple,
                     timeout_s: float | None, admin: bool = False):
         """`method` of the group's v5 service (its admin service: the proxy's own call), with the
-        client's headers (its signature the broker checks). An unreachable address passes the call
-        to the next; any other failure is the client's, as the broker gave it."""
-        failure: str | None = None
-        for address in await self._addresses(broker_name, topic):
+        client's headers (its signature the broker checks). Any failure but an unreachable address
+        is the client's, as the broker gave it."""
+        async def attempt(address: str):
             stub = (pb_grpc.BrokerAdminStub(self.channels.channel(address)) if admin
                     else self.channels.messaging(address))
             try:
@@ -137,7 +146,19 @@ class ProxyMessagingService(UnservedMessagingService):
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.UNAVAILABLE:
                     raise _failed(broker_name, exc.code(), exc.details()) from None
-                failure = exc.details()
+                raise _Unreachable(exc.details()) from None
+
+        return await self._first_reachable(broker_name, topic, attempt)
+
+    async def _first_reachable(self, broker_name: str, topic: v5.Resource,
+                               attempt: Callable[[str], Awaitable[T]]) -> T:
+        """`attempt` on the group's addresses, master first, until one does not raise _Unreachable."""
+        failure: str | None = None
+        for address in await self._addresses(broker_name, topic):
+            try:
+                return await attempt(address)
+            except _Unreachable as exc:
+                failure = exc.detail
         raise self._unreachable(broker_name, topic, failure)
 
     async def _stream(self, method: str, broker_name: str, topic: v5.Resource, request, context) -> AsyncIterator:
@@ -286,10 +307,9 @@ class ProxyMessagingService(UnservedMessagingService):
 
     async def _send_batch(self, broker_name: str, topic: v5.Resource, request: bytes,
                           timeout_s: float | None) -> pb.SendBatchResponse | None:
-        """SendBatch on the group, master first as `_call`; None when the broker refused it (it
-        stores such a request's records all or none, so none)."""
-        failure: str | None = None
-        for address in await self._addresses(broker_name, topic):
+        """SendBatch on the group, as `_call`; None when the broker refused it (it stores such a
+        request's records all or none, so none)."""
+        async def attempt(address: str) -> pb.SendBatchResponse | None:
             try:
                 return await self.channels.send_batch(address, request,
                                                       REQUEST_TIMEOUT_S if timeout_s is None else timeout_s)
@@ -298,8 +318,9 @@ class ProxyMessagingService(UnservedMessagingService):
                     return None
                 if exc.grpc_status is not grpc.StatusCode.UNAVAILABLE:
                     raise _failed(broker_name, exc.grpc_status or grpc.StatusCode.UNKNOWN, exc.detail) from None
-                failure = exc.detail
-        raise self._unreachable(broker_name, topic, failure)
+                raise _Unreachable(exc.detail) from None
+
+        return await self._first_reachable(broker_name, topic, attempt)
 
     @answers(v5s.EndTransactionResponse)
     async def EndTransaction(self, request, context):
