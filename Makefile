@@ -85,6 +85,7 @@ chaos-proxy: setup
 # The settings docs/benchmarks.md reports; each script prints its table and writes bench/results/.
 bench: setup
 	$(PY) bench/bench_store.py
+	$(PY) bench/bench_record_loops.py
 	$(PY) bench/bench_foundation.py --repeat 3 --inflight 8 --pull-inflight 4 --wait-quiet 30
 	$(MAKE) --no-print-directory bench-replicas
 	$(MAKE) --no-print-directory bench-failover
