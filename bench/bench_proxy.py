@@ -136,8 +136,7 @@ def measure_spread(opts, servers: dict[int, str], access_point: str, label: str,
         shares = _proxy_shares(row)
         if not shares or min(shares) >= 0.5 / len(shares):
             break
-        notes.append(f"{label}, try {attempt} of {SPREAD_TRIES}: the proxies' CPU split "
-                     + "/".join(f"{share:.0%}" for share in shares)
+        notes.append(f"{label}, try {attempt} of {SPREAD_TRIES}{_proxy_split(row)}"
                      + ("; measured again" if attempt < SPREAD_TRIES else "; kept, the last try"))
     return row
 

@@ -92,11 +92,11 @@ PROXY_SEND_CALLS_PER_LINE = 1
 # to 10 ms. At most a second.
 PROXY_BATCH_MAX_DELAY_MS_DEFAULT = 5
 PROXY_LINGER_MERGED_CALLS_MIN = 4
+PROXY_BATCH_MAX_DELAY_MS_MAX = 1000
 # How long a proxy waits before it opens a producer's Telemetry stream to a broker again, once one
 # ended (proxy/telemetry.py): a restarted broker checks its transactions with the producer within
 # about this, without a stopped one being called in a tight loop.
 PROXY_TELEMETRY_REOPEN_S = 1.0
-PROXY_BATCH_MAX_DELAY_MS_MAX = 1000
 
 
 def grpc_receive_bytes(max_message_size: int) -> int:

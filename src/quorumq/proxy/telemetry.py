@@ -10,8 +10,8 @@ transaction id prefixed with the group's name as every transaction id the proxy 
 (core/proxy_handles.py), so that the producer's EndTransaction goes back to that group. Every
 replica holds the producer, so in controller mode a newly elected master checks with it at once;
 a replica's stream that ends (its broker stopped) is opened again every
-limits.PROXY_TELEMETRY_REOPEN_S while the
-producer's lasts, with the headers of the producer's stream (a replica that refuses them is left).
+limits.PROXY_TELEMETRY_REOPEN_S while the producer's lasts, with the headers of the producer's
+stream (a replica that refuses them is left).
 The topics are those of the producer's first settings, routed then: a broker group that takes one
 of them later checks with the producer once it opens its stream again.
 """
