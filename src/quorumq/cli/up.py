@@ -335,14 +335,21 @@ async def not_ready(admin: AdminClient, processes: list[Planned], cluster: str) 
                            f"replicas in sync {status.get('inSyncReplicas', '-')}, "
                            f"alive {status.get('aliveReplicas', '-')}, writable {status.get('writable')})")
     for proxy in [p for p in processes if p.kind is Kind.PROXY][:1]:  # they share one port
-        try:
-            _, writer = await asyncio.open_connection(HOST, proxy.port)
-            writer.close()
-        except OSError:
+        if not await listens(proxy.port):
             missing.append(f"no proxy listens on {proxy.address} yet")
     if not missing:
         apply_roles(processes, routed)
     return missing
+
+
+async def listens(port: int) -> bool:
+    """Whether a server accepts connections on HOST:port."""
+    try:
+        _, writer = await asyncio.open_connection(HOST, port)
+    except OSError:
+        return False
+    writer.close()
+    return True
 
 
 def inner_credentials(processes: list[Planned]) -> auth.Credentials | None:
@@ -407,6 +414,16 @@ def start_dashboard(processes: list[Planned], directory: Path, port: int) -> sub
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **signing, **(member.environment() if member is not None else {})},
             preexec_fn=_die_with_parent)
+
+
+async def wait_listening(dashboard: subprocess.Popen, port: int, stopping: asyncio.Event, timeout_s: float) -> None:
+    """Wait until the dashboard serves, so that the URL `up` announces answers. A dashboard that
+    fails never stops the cluster: its exit is reported by the watch that follows."""
+    deadline = time.monotonic() + timeout_s
+    while not (stopping.is_set() or dashboard.poll() is not None or time.monotonic() > deadline):
+        if await listens(port):
+            return
+        await asyncio.sleep(POLL_INTERVAL_S)
 
 
 def member_tls(processes: list[Planned]) -> ClientTls | None:
@@ -484,6 +501,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         if args.dashboard:
             port = args.base_port + DASHBOARD_PORT_OFFSET
             dashboard = start_dashboard(processes, args.dir / "dashboard", port)
+            await wait_listening(dashboard, port, stopping, args.timeout)
             dashboard_url = f"http://{HOST}:{port}/"
         write_cluster_file(cluster_file, args.cluster, processes, zookeepers, dashboard_url)
         print(summary(args.cluster, args.dir, processes, zookeepers, dashboard_url), flush=True)
