@@ -3,7 +3,8 @@ local[2]) against the simplest alternative, one Python process that pulls from t
 to the standby with quorumq's client (one asyncio task per queue), in the same run.
 
 1. Throughput: MESSAGES messages of 1 KiB preloaded on the primary (8 queues), replicated to the
-   standby; msg/s from the first copy stored to the last (startup shown apart).
+   standby; msg/s from the first copy stored to the last (startup shown apart). Spark's session
+   first replicates a few messages to start its Python workers (warm_up).
 2. Latency: a producer process offers RATE msg/s for SECONDS to a fresh topic while the replicator
    runs; latency = the standby's store time - the primary's store time of each message.
 
@@ -31,6 +32,7 @@ from quorumq.replicator.jobs import Settings  # noqa: E402
 
 QUEUES = 8
 BODY = b"x" * 1024
+WARM_UP_MESSAGES = QUEUES * 100
 
 
 def create_topic(access_point: str, topic: str) -> None:
@@ -137,6 +139,22 @@ def spark_settings(source: str, target: str, topic: str, work: Path, trigger_s: 
                     starting="earliest", trigger_s=trigger_s)
 
 
+def warm_up(spark, source: str, target: str, work: Path, trigger_s: float) -> None:
+    """Replicate a few messages and wait for their micro-batch to commit. Spark starts its Python
+    worker processes once a session, at the first micro-batch and at the first commit (over a
+    second of CPU each here, most of it compiling pyspark from its zip); unwarmed, the first commit
+    stalled the measured copy for about a second between its two micro-batches."""
+    preload(source, "W_spark", WARM_UP_MESSAGES)
+    query = jobs.start_replicate(spark, spark_settings(source, target, "W_spark", work, trigger_s))
+    wait_for(target, "W_spark", WARM_UP_MESSAGES, 120)
+    deadline = time.monotonic() + 120
+    while query.lastProgress is None:  # set once a micro-batch has committed
+        if time.monotonic() > deadline:
+            raise TimeoutError("the warm-up's micro-batch did not commit within 120 s")
+        time.sleep(0.05)
+    jobs.stop(query)
+
+
 def measure_throughput(pipeline: str, target: str, topic: str, messages: int, started: float) -> dict:
     first, done = wait_for(target, topic, messages, 600)
     return {"pipeline": pipeline, "what": "throughput", "msg_per_s": messages / (done - first),
@@ -165,7 +183,7 @@ def main() -> int:
     try:
         primary, standby = (cluster.start() for cluster in clusters)
         source, target = primary["access_point"], standby["access_point"]
-        for topic in ("T_spark", "T_baseline", "L_spark", "L_baseline"):
+        for topic in ("W_spark", "T_spark", "T_baseline", "L_spark", "L_baseline"):
             create_topic(source, topic)
             create_topic(target, topic)
         preload(source, "T_spark", args.messages)
@@ -184,6 +202,7 @@ def main() -> int:
         # The Spark replicator: one session, the replicate job of each topic.
         spark = spark_session("local[2]", "bench-replicator")
         started = time.monotonic()
+        warm_up(spark, source, target, work, args.trigger_seconds)
         query = jobs.start_replicate(spark, spark_settings(source, target, "T_spark", work, args.trigger_seconds))
         rows.append(measure_throughput(spark_name, target, "T_spark", args.messages, started))
         jobs.stop(query)
