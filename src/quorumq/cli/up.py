@@ -416,7 +416,7 @@ def start_dashboard(processes: list[Planned], directory: Path, port: int) -> sub
             preexec_fn=_die_with_parent)
 
 
-async def wait_listening(dashboard: subprocess.Popen, port: int, stopping: asyncio.Event, timeout_s: float) -> None:
+async def wait_for_dashboard(dashboard: subprocess.Popen, port: int, stopping: asyncio.Event, timeout_s: float) -> None:
     """Wait until the dashboard serves, so that the URL `up` announces answers. A dashboard that
     fails never stops the cluster: its exit is reported by the watch that follows."""
     deadline = time.monotonic() + timeout_s
@@ -501,7 +501,7 @@ async def run_cluster(args: argparse.Namespace, processes: list[Planned]) -> int
         if args.dashboard:
             port = args.base_port + DASHBOARD_PORT_OFFSET
             dashboard = start_dashboard(processes, args.dir / "dashboard", port)
-            await wait_listening(dashboard, port, stopping, args.timeout)
+            await wait_for_dashboard(dashboard, port, stopping, args.timeout)
             dashboard_url = f"http://{HOST}:{port}/"
         write_cluster_file(cluster_file, args.cluster, processes, zookeepers, dashboard_url)
         print(summary(args.cluster, args.dir, processes, zookeepers, dashboard_url), flush=True)
