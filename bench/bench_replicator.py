@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import RESULTS_DIR, fmt_ms, fmt_rate, latency_summary, machine_info, print_table, write_results  # noqa: E402
-from harness import LocalCluster  # noqa: E402
+from harness import LocalCluster, check_for  # noqa: E402
 from quorumq.client import AdminClient, Blocking, Message, Producer, PullConsumer  # noqa: E402
 from quorumq.core import replicator as plan  # noqa: E402
 from quorumq.replicator import jobs  # noqa: E402
@@ -147,11 +147,8 @@ def warm_up(spark, source: str, target: str, work: Path, trigger_s: float) -> No
     preload(source, "W_spark", WARM_UP_MESSAGES)
     query = jobs.start_replicate(spark, spark_settings(source, target, "W_spark", work, trigger_s))
     wait_for(target, "W_spark", WARM_UP_MESSAGES, 120)
-    deadline = time.monotonic() + 120
-    while query.lastProgress is None:  # set once a micro-batch has committed
-        if time.monotonic() > deadline:
-            raise TimeoutError("the warm-up's micro-batch did not commit within 120 s")
-        time.sleep(0.05)
+    # lastProgress is set once a micro-batch has committed.
+    check_for(120, 0.05, lambda: query.lastProgress is not None, "the warm-up's micro-batch committed")
     jobs.stop(query)
 
 
