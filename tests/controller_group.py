@@ -9,7 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness import LocalCluster, check_for, cli, pid_alive, process_state
+from quorumq.cli.admin import controller_output
 from quorumq.client import ClientError, Credentials
+from quorumq.client.blocking import Blocking
+from quorumq.client.controller import ControllerClient, controller_addresses
+from quorumq.cluster import cluster_pb2 as pb
 from replica_group import SETTLE_S, ReplicaGroupBase
 
 SEND_OK = "SEND_OK"
@@ -45,6 +49,14 @@ class Group(ReplicaGroupBase):
         self.zookeeper = self.zookeepers[0]
         self.proxies = [p for p in cluster["processes"] if p["kind"] == "proxy"]
         self.controller_addresses = cluster["controller_addresses"]
+        # What the group's waits poll, asked in this process: a `quorumq admin` run per poll costs
+        # most of a second of CPU, which the processes being waited for need on two cores.
+        self.controller = Blocking(ControllerClient, controller_addresses(self.controller_addresses),
+                                   credentials=credentials)
+
+    def close(self) -> None:
+        self.controller.close()
+        super().close()
 
     def routed_role(self, broker: dict) -> str:
         """The broker's role in cluster.json, which `quorumq up` keeps as the name server routes it."""
@@ -78,7 +90,13 @@ class Group(ReplicaGroupBase):
         return json.loads(result.stdout)
 
     def replica_info(self) -> dict:
-        return self.admin_json("getSyncStateSet", "-b", "broker-a")
+        """What `quorumq admin getSyncStateSet -b broker-a --json` prints."""
+        reply = self.controller.call("GetReplicaInfo", pb.BrokerSetRequest(broker_name="broker-a"))
+        return controller_output(reply, "no broker set broker-a").data
+
+    def leader(self) -> str:
+        """The leading controller's address as `getControllerMetaData` shows it ("" while none leads)."""
+        return self.controller.metadata().leader_address
 
     def current_master(self) -> dict:
         return self.master()
@@ -93,7 +111,7 @@ class Group(ReplicaGroupBase):
         """Every broker answering and a leading controller."""
         for broker in self.brokers:
             check_for(SETTLE_S, 0.1, lambda broker=broker: self.status(broker), f"{broker['address']} answers")
-        check_for(SETTLE_S, 0.2, lambda: self.admin_json("getControllerMetaData")["leader"], "a leading controller")
+        check_for(SETTLE_S, 0.2, self.leader, "a leading controller")
 
     def in_sync(self, **expected: object) -> dict | None:
         """Every broker running and in the SyncStateSet, the master and controller agreeing: the

@@ -361,12 +361,14 @@ def wait_registered(cluster: dict, timeout: float = CLUSTER_START_TIMEOUT_S) -> 
 
 class LocalCluster:
     """`quorumq up` in a subprocess; `start()` returns the parsed cluster.json. Under
-    QUORUMQ_ACCESS=proxy it starts at least one proxy."""
+    QUORUMQ_ACCESS=proxy it starts at least one proxy. The dashboard only on request: `up` waits
+    for it to serve before cluster.json names the cluster, and few tests look at it."""
 
     def __init__(self, directory: Path, brokers: int = 1, cluster: str | None = None,
                  sets: dict[str, str] | None = None, broker_sets: Sequence[str] = (),
                  base_port: int | None = None, replicas: int = 1, controllers: int = 0, zookeepers: int = 1,
-                 open_files: int | None = None, tls: bool = False, proxies: int = 0) -> None:
+                 open_files: int | None = None, tls: bool = False, proxies: int = 0,
+                 dashboard: bool = False) -> None:
         self.directory = Path(directory)
         self.open_files = open_files  # a soft RLIMIT_NOFILE for `up` and the processes it starts
         self.base_port = base_port or free_base_port()
@@ -381,6 +383,8 @@ class LocalCluster:
             self.args.append("--tls")
         if proxies:
             self.args += ["--proxies", str(proxies)]
+        if not dashboard:
+            self.args.append("--no-dashboard")
         for key, value in {"mappedFileSizeCommitLog": str(TEST_SEGMENT_BYTES), **(sets or {})}.items():
             self.args += ["--set", f"{key}={value}"]
         for assignment in broker_sets:

@@ -760,7 +760,7 @@ def _heal_to_drain(records: list[dict], healed_at: float) -> float | None:
             if not reached:
                 return None
             drained.append(min(reached))
-    return round(max(max(drained) - healed_at, 0.0), 3)
+    return round(max(max(drained, default=healed_at) - healed_at, 0.0), 3)  # nothing acknowledged before: drained
 
 
 def verdict_table(results: list[Result], rows: dict[str, Any]) -> str:

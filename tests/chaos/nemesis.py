@@ -89,7 +89,7 @@ def controller_fault(group: Group, network: Network, rng: random.Random) -> tupl
     choice = rng.choice(["kill-leader", "pause-leader", "pause-zookeeper"])
     if choice == "pause-zookeeper":
         return choice, paused(group.zookeeper)
-    leader_address = group.admin_json("getControllerMetaData")["leader"]
+    leader_address = group.leader()
     leader = next(c for c in group.controllers if c["address"] == leader_address)
     heal = _killed(leader) if choice == "kill-leader" else paused(leader)
     return f"{choice} {leader_address}", heal

@@ -86,7 +86,11 @@ from workload import (  # noqa: E402
 TOPIC = "ChaosTopic"
 QUEUES = 4
 BROKER_NAME = "broker-a"
-AFTER_HEAL_S = 5.0  # sends keep going this long after the group is whole again
+# Once the group is whole again the workloads go on until a send was acknowledged and every
+# consumer group committed past what was acknowledged before the heal (C9's heal_to_ack and
+# heal_to_drain figures), or this long at most.
+AFTER_HEAL_S = 5.0
+AFTER_HEAL_POLL_S = 0.2
 # Past diskSpaceCleanForciblyRatio retention deletes the oldest segments whether or not they have
 # expired (RocketMQ's rule, docs/durability.md): acknowledged sends go by design, which no checker
 # can tell from a loss. F8 fills a store's disk to 100%, and a host's disk may stand past 85%, so
@@ -305,7 +309,8 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         exits = tuple(_name(process) for process in processes if not pid_alive(process["pid"]))
         group.restore()
         healed_at = time.monotonic()
-        time.sleep(AFTER_HEAL_S)
+        while time.monotonic() < healed_at + AFTER_HEAL_S and not served_after_heal(history, healed_at):
+            time.sleep(AFTER_HEAL_POLL_S)
         for each in workloads:
             each.stop()
         info = group.wait_in_sync()
@@ -330,6 +335,13 @@ def exercise(cluster: LocalCluster, network: Network, fault: str, seed: int, dur
         if standby:
             standby.close()
         group.close()
+
+
+def served_after_heal(history: History, healed_at: float) -> bool:
+    """Whether a send was acknowledged after the heal and the consumer groups drained what was
+    acknowledged before it."""
+    figures = availability(read_history(history.path), healed_at)
+    return figures["heal_to_ack_s"] is not None and figures["heal_to_drain_s"] is not None
 
 
 def read_access(group: Group, final_master: str, in_sync: set[str]) -> AccessRead:

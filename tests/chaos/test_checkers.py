@@ -245,6 +245,7 @@ def test_availability_figures():
     assert figures["longest_without_ack_s"] == 1.0 and figures["heal_to_ack_s"] is None
     assert figures["heal_to_drain_s"] == 1.0  # queue 1's last send was committed past at 4.0
     assert availability(sends, healed_at=3.0)["heal_to_drain_s"] is None  # no consumers
+    assert availability(sends + commits, healed_at=0.1)["heal_to_drain_s"] == 0.0  # nothing acked before the heal
 
 
 def test_the_standby_holds_every_acknowledged_send_once_and_in_order():

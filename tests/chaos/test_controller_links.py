@@ -50,9 +50,9 @@ def proxied_group(directory, *broker_sets):
 def test_a_master_cut_off_from_its_configured_controller_addresses_is_replaced(tmp_path):
     with proxied_group(tmp_path) as (group, network):
         first, second = group.controllers
-        if group.admin_json("getControllerMetaData")["leader"] == first["address"]:
+        if group.leader() == first["address"]:
             stop_process(first, signal.SIGKILL)  # the second leads from now on
-            check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"]
+            check_for(SETTLE_S, 0.2, lambda: group.leader()
                       == second["address"], "the second controller leading")
             start_process(first)
         for broker in group.brokers:  # each starts by asking the first, which names the second

@@ -64,7 +64,7 @@ from quorumq.protocol.configs import group_from_pb, group_to_pb
 
 @pytest.fixture(scope="module")
 def group_cluster(tmp_path_factory):
-    with started_group(tmp_path_factory.mktemp("controller"), controllers=2) as group:
+    with started_group(tmp_path_factory.mktemp("controller"), controllers=2, dashboard=True) as group:
         yield group
 
 
@@ -173,7 +173,7 @@ def test_a_send_batch_resent_to_the_new_master_is_answered_from_the_copy_the_old
 
 
 def leading_controller(group: Group) -> dict:
-    leader = group.admin_json("getControllerMetaData")["leader"]
+    leader = group.leader()
     return next(controller for controller in group.controllers if controller["address"] == leader)
 
 
@@ -561,11 +561,11 @@ def test_the_controller_leader_dies_and_the_other_serves_the_same_state(group):
     """Scenario 45: the surviving controller leads with the same master, epochs and SyncStateSet,
     sends go on, and a failover after that still works."""
     info = group.replica_info()
-    leader_address = group.admin_json("getControllerMetaData")["leader"]
+    leader_address = group.leader()
     leader = next(c for c in group.controllers if c["address"] == leader_address)
     topic = group.new_topic()
     stop_process(leader, signal.SIGKILL)
-    check_for(FAILOVER_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"] not in ("", leader_address),
+    check_for(FAILOVER_S, 0.2, lambda: group.leader() not in ("", leader_address),
               "another controller leads")
     after = group.replica_info()
     assert (after["master_id"], after["master_epoch"], after["sync_state_set"]) == \
@@ -583,7 +583,7 @@ def test_a_frozen_controller_leader_is_left_and_the_other_elects(group):
     answers, even before the other leads (here ZooKeeper is paused meanwhile, so it cannot);
     issue 18: they used to stay until a call found another controller leading. Then they
     heartbeat to the new leader, which replaces a master that dies."""
-    leader_address = group.admin_json("getControllerMetaData")["leader"]
+    leader_address = group.leader()
     leader = next(c for c in group.controllers if c["address"] == leader_address)
     topic = group.new_topic()
     logged = {broker["log"]: log_end(broker) for broker in group.brokers}
@@ -596,7 +596,7 @@ def test_a_frozen_controller_leader_is_left_and_the_other_elects(group):
                       "every broker leaving the frozen leader")
         finally:
             os.kill(group.zookeeper["pid"], signal.SIGCONT)
-        check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"]
+        check_for(SETTLE_S, 0.2, lambda: group.leader()
                   not in ("", leader_address), "another controller leads")
         master = group.master()
         stop_process(master, signal.SIGKILL)
@@ -652,7 +652,7 @@ def test_a_controller_that_knows_no_leader_passes_the_question_on(group, tmp_pat
         lone_address = f"127.0.0.1:{port}"
         assert check_for(SETTLE_S, 0.2, lambda: cli("admin", "getControllerMetaData", "-a", lone_address, "--json")
                          .returncode == 0, "the lone controller answers")
-        leader = group.admin_json("getControllerMetaData")["leader"]
+        leader = group.leader()
         result = cli("admin", "getControllerMetaData", "-a", f"{lone_address};{group.controller_addresses}", "--json")
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["leader"] == leader != ""
@@ -678,7 +678,7 @@ def test_zookeeper_paused_keeps_the_data_path_and_changes_no_role(group):
         assert group.status(master)["masterEpoch"] == epoch and group.master() is master
     finally:
         os.kill(group.zookeeper["pid"], signal.SIGCONT)
-    check_for(SETTLE_S, 0.2, lambda: group.admin_json("getControllerMetaData")["leader"], "a leader again")
+    check_for(SETTLE_S, 0.2, group.leader, "a leader again")
     # A new leader elects on its own only after its grace period and a scan: watch past both.
     deadline = time.monotonic() + NEW_LEADER_GRACE_S + 2 * float(SETS["scanNotActiveBrokerInterval"]) / 1000 + 1.0
     while time.monotonic() < deadline:

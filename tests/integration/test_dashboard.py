@@ -29,7 +29,7 @@ def act(browser, form: str, **fields: str) -> str:
 
 
 def test_the_dashboard_shows_the_group_and_its_actions_work(start_cluster):
-    cluster = start_cluster(replicas=2)
+    cluster = start_cluster(replicas=2, dashboard=True)
     base = int(cluster["access_point"].rsplit(":", 1)[1])
     assert cluster["dashboard"] == f"http://127.0.0.1:{base + 9}/"
     _, master, slave = cluster["processes"]

@@ -51,7 +51,7 @@ SIGNED = QuorumqCredentials(INNER, INNER_SECRET)  # quorumq's own client's, on t
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory) -> dict:
-    cluster = LocalCluster(tmp_path_factory.mktemp("secured"), proxies=1, sets={
+    cluster = LocalCluster(tmp_path_factory.mktemp("secured"), proxies=1, dashboard=True, sets={
         "authenticationEnabled": "true",
         "initAuthenticationUser": f'{{"username": "{ROOT}", "password": "{ROOT_SECRET}"}}',
         "innerClientAuthenticationCredentials": INNER_JSON})
