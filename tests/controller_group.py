@@ -114,13 +114,16 @@ class Group(ReplicaGroupBase):
         check_for(SETTLE_S, 0.2, self.leader, "a leading controller")
 
     def in_sync(self, **expected: object) -> dict | None:
-        """Every broker running and in the SyncStateSet, the master and controller agreeing: the
-        controller's getSyncStateSet."""
+        """Every broker answering and in the SyncStateSet at its address, the master and controller
+        agreeing: the controller's getSyncStateSet. (A broker stopped a moment ago can still be in
+        the controller's SyncStateSet, under the address it had.)"""
         info = self.replica_info()
         status = self.status_shows(**expected)
-        in_sync = len(info["sync_state_set"]) == len(self.brokers) == len(info["brokers"])
+        addresses = {broker["address"] for broker in self.brokers}
+        in_sync = {info["brokers"].get(str(broker_id)) for broker_id in info["sync_state_set"]}
+        every_one = in_sync == addresses == set(info["brokers"].values())
         agree = status is not None and status["syncStateSet"] == ",".join(map(str, sorted(info["sync_state_set"])))
-        return info if in_sync and agree else None
+        return info if every_one and agree and all(self.status(broker) for broker in self.brokers) else None
 
     def leave_only(self, survivor: dict) -> None:
         """SIGKILL every broker but `survivor`, which the controller then elects: the slaves
