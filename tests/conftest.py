@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import quorumq  # noqa: F401 - before harness imports grpc: it turns grpcio's fork support off (LocalCluster's preexec_fn)
 from controller_group import started_group
 from harness import ACCESS, SMALL_MESSAGE_SIZE, LocalCluster, configuration, started_producer, wait_registered
 from quorumq.client import AdminClient, Blocking
