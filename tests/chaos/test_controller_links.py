@@ -52,8 +52,7 @@ def test_a_master_cut_off_from_its_configured_controller_addresses_is_replaced(t
         first, second = group.controllers
         if group.leader() == first["address"]:
             stop_process(first, signal.SIGKILL)  # the second leads from now on
-            check_for(SETTLE_S, 0.2, lambda: group.leader()
-                      == second["address"], "the second controller leading")
+            check_for(SETTLE_S, 0.2, lambda: group.leader() == second["address"], "the second controller leading")
             start_process(first)
         for broker in group.brokers:  # each starts by asking the first, which names the second
             stop_process(broker, signal.SIGKILL)

@@ -596,8 +596,7 @@ def test_a_frozen_controller_leader_is_left_and_the_other_elects(group):
                       "every broker leaving the frozen leader")
         finally:
             os.kill(group.zookeeper["pid"], signal.SIGCONT)
-        check_for(SETTLE_S, 0.2, lambda: group.leader()
-                  not in ("", leader_address), "another controller leads")
+        check_for(SETTLE_S, 0.2, lambda: group.leader() not in ("", leader_address), "another controller leads")
         master = group.master()
         stop_process(master, signal.SIGKILL)
         check_for(FAILOVER_S, 0.05, lambda: group.send(topic, b"after-failover") == SEND_OK, "a send after failover")
