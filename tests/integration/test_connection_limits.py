@@ -140,7 +140,10 @@ async def test_unread_answers_are_bounded_server_wide_and_a_connection_that_read
             assert error.error is Error.TOO_MANY_REQUESTS and "grpcPendingAnswerBytesTotal" in error.detail, error
             for connection in hostile:
                 assert connection.closed_within(3 * unread_ms / 1000), "a connection that reads nothing is closed"
-            result = await consumer.pull(topic, 0, 0, BODIES)  # the total is free again
+            # The total is free again once gRPC has ended the closed connections' calls, which it
+            # does just after their client sees the close.
+            result = await async_check_for(5, 0.05, lambda: consumer.pull(topic, 0, 0, BODIES),
+                                           "a pull served once the connections are closed")
             assert result.status == FOUND and [m.body for m in result.messages] == bodies
     finally:
         for connection in hostile:
