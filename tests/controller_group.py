@@ -120,8 +120,8 @@ class Group(ReplicaGroupBase):
         info = self.replica_info()
         status = self.status_shows(**expected)
         addresses = {broker["address"] for broker in self.brokers}
-        in_sync = {info["brokers"].get(str(broker_id)) for broker_id in info["sync_state_set"]}
-        every_one = in_sync == addresses == set(info["brokers"].values())
+        set_addresses = {info["brokers"].get(str(broker_id)) for broker_id in info["sync_state_set"]}
+        every_one = set_addresses == addresses == set(info["brokers"].values())
         agree = status is not None and status["syncStateSet"] == ",".join(map(str, sorted(info["sync_state_set"])))
         return info if every_one and agree and all(self.status(broker) for broker in self.brokers) else None
 
